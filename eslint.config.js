@@ -19,6 +19,7 @@ export default tseslint.config(
   },
   {
     files: ['**/*.js'],
-    ...tseslint.configs.disableTypeChecked
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: { parserOptions: { projectService: false }, globals: { process: 'readonly', URL: 'readonly', console: 'readonly' } }
   }
 )

@@ -1,0 +1,77 @@
+import type { Command } from 'commander'
+import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
+import { startNode } from '../../node.ts'
+
+interface ServeOptions {
+  port: string
+  host: string
+  dataDir: string
+  name?: string
+  threads?: string
+  allowedOrigin: string[]
+  allowedHost: string[]
+}
+
+export function registerServe (program: Command): void {
+  program.command('serve')
+    .description('run the node in the foreground')
+    .option('--port <port>', 'HTTP port', String(DEFAULT_PORT))
+    .option('--host <host>', 'address to listen on (loopback unless you mean to expose the node)', DEFAULT_HOST)
+    .option('--data-dir <dir>', 'where the database, node key, models and admin-token live', defaultDataDir())
+    .option('--name <name>', 'display name of this node')
+    .option('--threads <n>', 'llama.cpp threads (default: derived from the CPU count)')
+    .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
+    .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
+    .action(async (options: ServeOptions) => {
+      const port = parsePort(options.port)
+      const config = defaultConfig({
+        port,
+        host: options.host,
+        dataDir: options.dataDir,
+        name: options.name ?? null,
+        threads: options.threads == null ? null : Number(options.threads),
+        allowedOrigins: options.allowedOrigin,
+        allowedHosts: options.allowedHost
+      })
+      let node
+      try {
+        node = await startNode(config)
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code
+        if (code === 'EADDRINUSE') {
+          process.stderr.write(`meshnode: port ${port} on ${config.host} is already in use (is another node running?). Choose another with --port.\n`)
+        } else {
+          process.stderr.write(`meshnode: cannot start: ${(err as Error).message}\n`)
+        }
+        process.exitCode = 1
+        return
+      }
+      let signals = 0
+      const stop = (signal: string): void => {
+        if (++signals > 1) {
+          process.stderr.write('meshnode: forced exit\n')
+          process.exit(130)
+        }
+        node.log.info({ signal }, 'shutting down: finishing requests in flight')
+        node.close().then(() => { process.exitCode = 0 }, (err: unknown) => {
+          process.stderr.write(`meshnode: shutdown failed: ${(err as Error).message}\n`)
+          process.exitCode = 1
+        })
+      }
+      process.on('SIGTERM', () => { stop('SIGTERM') })
+      process.on('SIGINT', () => { stop('SIGINT') })
+    })
+}
+
+function collect (value: string, previous: string[]): string[] {
+  return [...previous, value]
+}
+
+function parsePort (value: string): number {
+  const port = Number(value)
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    process.stderr.write(`meshnode: --port must be a whole number from 0 to 65535, not ${value}\n`)
+    process.exit(2)
+  }
+  return port
+}

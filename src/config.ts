@@ -1,0 +1,40 @@
+import { homedir } from 'node:os'
+import { join } from 'node:path'
+import { readFileSync } from 'node:fs'
+
+export const DEFAULT_PORT = 11435
+export const DEFAULT_HOST = '127.0.0.1'
+
+/** Everything `startNode` needs, as the CLI or a test gives it. */
+export interface NodeConfig {
+  port: number
+  host: string
+  dataDir: string
+  /** Display name; defaults to the stored name or `meshnode-<first 8 of nodeID>`. */
+  name: string | null
+  /** llama.cpp threads; null derives it from the machine. */
+  threads: number | null
+  allowedOrigins: string[]
+  allowedHosts: string[]
+  logLevel: string
+}
+
+export function defaultDataDir (): string {
+  return process.env.MESHNODE_DATA_DIR ?? join(homedir(), '.meshnode')
+}
+
+export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig {
+  return {
+    port: DEFAULT_PORT,
+    host: DEFAULT_HOST,
+    dataDir: defaultDataDir(),
+    name: null,
+    threads: null,
+    allowedOrigins: [],
+    allowedHosts: [],
+    logLevel: process.env.MESHNODE_LOG_LEVEL ?? 'info',
+    ...overrides
+  }
+}
+
+export const VERSION: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version

@@ -1,0 +1,84 @@
+import { randomUUID } from 'node:crypto'
+import Fastify, { type FastifyBaseLogger } from 'fastify'
+import swagger from '@fastify/swagger'
+import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod'
+import type { Logger } from 'pino'
+import type { ApiKeys } from '../keys/index.ts'
+import type { MetricsRegistry } from '../metrics/index.ts'
+import type { SettingsStore } from '../settings/index.ts'
+import { errorHandler, notFoundHandler } from './errors.ts'
+import { registerGuards, type GuardOptions } from './guards.ts'
+import { apiKeyRoutes } from './routes/apikeys.ts'
+import { appStateRoutes } from './routes/app-state.ts'
+import { healthRoutes } from './routes/health.ts'
+import { metricsRoutes } from './routes/metrics.ts'
+import type { AppSnapshot, Health } from './schemas/app.ts'
+import type { HttpApp } from './types.ts'
+
+/** CONTRACT §1: bodies over 1 MiB are refused with 413. */
+export const BODY_LIMIT_BYTES = 1024 * 1024
+
+export interface HttpDeps {
+  log: Logger
+  settings: SettingsStore
+  keys: ApiKeys
+  metrics: MetricsRegistry
+  health: () => Health
+  snapshot: () => AppSnapshot
+}
+
+export interface HttpOptions extends GuardOptions {
+  version: string
+}
+
+/**
+ * The fastify app: guards first, then one plugin per resource. The error handler is set once and may not be
+ * overridden, so every failure, from any plugin, answers in the one envelope.
+ */
+export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promise<HttpApp> {
+  const app = Fastify({
+    loggerInstance: deps.log as FastifyBaseLogger,
+    disableRequestLogging: true,
+    bodyLimit: BODY_LIMIT_BYTES,
+    genReqId: () => randomUUID(),
+    requestIdHeader: false,
+    allowErrorHandlerOverride: false,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle'
+  }).withTypeProvider<ZodTypeProvider>()
+  app.setValidatorCompiler(validatorCompiler)
+  app.setSerializerCompiler(serializerCompiler)
+  app.setErrorHandler(errorHandler)
+  app.setNotFoundHandler(notFoundHandler)
+
+  const requests = deps.metrics.counter('meshnode_http_requests_total', 'HTTP requests by route and status')
+  const latency = deps.metrics.histogram('meshnode_http_request_duration_seconds', 'HTTP request latency by route',
+    [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30])
+  app.addHook('onSend', async (request, reply) => {
+    void reply.header('x-request-id', request.id)
+  })
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched'
+    requests.inc({ method: request.method, route, status: String(reply.statusCode) })
+    latency.observe(reply.elapsedTime / 1000, { route })
+    // One line per request (fastify's default is two); the URL path only, since a query could carry anything.
+    request.log.info({ method: request.method, path: request.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request')
+  })
+
+  await app.register(swagger, {
+    openapi: {
+      info: { title: 'meshnode node control API', version: options.version },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }]
+    },
+    transform: jsonSchemaTransform
+  })
+  registerGuards(app, deps, options)
+
+  await app.register(healthRoutes, { health: deps.health })
+  await app.register(appStateRoutes, { snapshot: deps.snapshot, settings: deps.settings })
+  await app.register(apiKeyRoutes, { keys: deps.keys })
+  await app.register(metricsRoutes, { metrics: deps.metrics })
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  return app
+}

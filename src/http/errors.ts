@@ -1,0 +1,91 @@
+import type { FastifyError, FastifyReply, FastifyRequest, FastifyBaseLogger } from 'fastify'
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
+import {
+  AuthenticationError, BusyError, ConflictError, InsufficientCreditsError, InvalidInputError, NotFoundError,
+  PermissionError, TooLargeError, UnavailableError
+} from '../errors.ts'
+
+/** CONTRACT §2: the one error body every failure answers with. */
+export interface ErrorEnvelope {
+  error: { message: string, type: string, param: string | null, code: string | null }
+}
+
+interface Classified {
+  status: number
+  type: string
+  message: string
+  param: string | null
+  code: string | null
+  retryAfterSeconds?: number
+}
+
+/** The only place that turns an error into an HTTP status and an envelope. */
+export function classify (err: unknown, requestID: string): Classified {
+  if (err instanceof InvalidInputError) return plain(400, 'invalid_request_error', err.message, err.param)
+  if (err instanceof AuthenticationError) return { ...plain(401, 'authentication_error', err.message), code: err.code }
+  if (err instanceof InsufficientCreditsError) return plain(402, 'insufficient_credits', err.message)
+  if (err instanceof PermissionError) return plain(403, 'permission_error', err.message)
+  if (err instanceof NotFoundError) return plain(404, 'not_found', err.message)
+  if (err instanceof ConflictError) return plain(409, 'conflict', err.message)
+  if (err instanceof TooLargeError) return plain(413, 'request_too_large', err.message)
+  if (err instanceof BusyError) return { ...plain(429, 'rate_limit_error', err.message), retryAfterSeconds: err.retryAfterSeconds }
+  if (err instanceof UnavailableError) return plain(503, 'service_unavailable', err.message)
+  return fromFastifyError(err) ?? plain(500, 'internal_error', `internal error (request ${requestID})`)
+}
+
+function fromFastifyError (err: unknown): Classified | null {
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const first = err.validation[0]
+    const path = first.instancePath.replace(/^\//, '').replaceAll('/', '.')
+    const unknownKey = (first.params as { keys?: string[] } | undefined)?.keys?.[0]
+    const param = unknownKey ?? (path === '' ? null : path)
+    const where = err.validationContext ?? 'body'
+    const message = param == null
+      ? `Invalid ${where}: ${first.message ?? 'malformed'}`
+      : `Invalid ${where} field ${param}: ${first.message ?? 'malformed'}`
+    return plain(400, 'invalid_request_error', message, param)
+  }
+  const code = (err as FastifyError | null)?.code
+  switch (code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return plain(413, 'request_too_large', 'Request body is larger than 1 MiB')
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+    case 'FST_ERR_VALIDATION':
+      return plain(400, 'invalid_request_error', (err as Error).message)
+  }
+  // JSON.parse failures from fastify's body parser carry status 400 and no code in some versions.
+  if (err instanceof SyntaxError && (err as FastifyError).statusCode === 400) {
+    return plain(400, 'invalid_request_error', `Malformed JSON body: ${err.message}`)
+  }
+  return null
+}
+
+function plain (status: number, type: string, message: string, param: string | null = null): Classified {
+  return { status, type, message, param, code: null }
+}
+
+/** Builds the envelope for `err`, logging it once: 5xx with the stack under the request id, 4xx at debug. */
+export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLogger): Classified & { body: ErrorEnvelope } {
+  const classified = classify(err, requestID)
+  if (classified.status >= 500 && classified.type === 'internal_error') {
+    log.error({ err, requestID }, 'request failed unexpectedly')
+  } else {
+    log.debug({ type: classified.type, message: classified.message }, 'request refused')
+  }
+  const { message, type, param, code } = classified
+  return { ...classified, body: { error: { message, type, param, code } } }
+}
+
+export function errorHandler (err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const envelope = toEnvelope(err, request.id, request.log)
+  if (envelope.retryAfterSeconds != null) void reply.header('retry-after', String(envelope.retryAfterSeconds))
+  return reply.code(envelope.status).type('application/json').send(envelope.body)
+}
+
+export function notFoundHandler (request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const path = request.url.split('?')[0]
+  return errorHandler(new NotFoundError(`Route not found: ${request.method} ${path}`), request, reply)
+}

@@ -1,0 +1,98 @@
+import { isIP } from 'node:net'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { AuthenticationError, PermissionError } from '../errors.ts'
+import type { ApiKeys, Principal } from '../keys/index.ts'
+import type { SettingsStore } from '../settings/index.ts'
+import type { HttpApp } from './types.ts'
+
+export interface GuardOptions {
+  /** Host names (besides loopback names and IP literals) this node may be addressed by. */
+  allowedHosts: readonly string[]
+  /** Browser origins allowed to call the API (`--allowed-origin`); none by default. */
+  allowedOrigins: readonly string[]
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null
+  }
+}
+
+const PUBLIC_ROUTES = new Set(['/health'])
+
+/**
+ * CONTRACT §5, in the order a request meets them: the Host header (DNS-rebinding guard), the Origin (no browser page
+ * of another site may drive the node), the client address (loopback only until network access is on), and the key
+ * (required everywhere but /health once network access is on, ignored while it is off).
+ */
+export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, keys: ApiKeys }, options: GuardOptions): void {
+  const allowedHosts = new Set(options.allowedHosts.map((host) => host.toLowerCase()))
+  const allowedOrigins = new Set(options.allowedOrigins.map((origin) => origin.toLowerCase().replace(/\/$/, '')))
+  app.decorateRequest('principal', null)
+
+  app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+    const host = hostName(request.headers.host)
+    if (host == null || !(isIP(host) !== 0 || isLoopbackName(host) || allowedHosts.has(host))) {
+      throw new PermissionError(`Host not allowed: ${request.headers.host ?? '(none)'}`)
+    }
+
+    const origin = request.headers.origin
+    if (origin != null) {
+      if (!allowedOrigins.has(origin.toLowerCase())) throw new PermissionError(`Origin not allowed: ${origin}`)
+      void reply.header('access-control-allow-origin', origin)
+      void reply.header('vary', 'Origin')
+      if (request.method === 'OPTIONS') {
+        void reply.header('access-control-allow-methods', 'GET, POST, PATCH, DELETE, OPTIONS')
+        void reply.header('access-control-allow-headers', 'authorization, content-type, x-ptn-id')
+        void reply.header('access-control-max-age', '600')
+        return reply.code(204).send()
+      }
+    }
+
+    const networkAccess = deps.settings.get().allow_network_access
+    if (!networkAccess) {
+      if (!isLoopbackAddress(request.socket.remoteAddress)) {
+        throw new PermissionError('Network access is disabled: this node answers loopback clients only')
+      }
+      // Any Authorization header is ignored here, so SDKs that insist on sending a dummy key keep working.
+      return
+    }
+    const path = request.url.split('?')[0]
+    if (PUBLIC_ROUTES.has(path) && request.method === 'GET') return
+    const token = bearerToken(request.headers.authorization)
+    if (token == null) throw new AuthenticationError('An API key is required: send Authorization: Bearer <key>', 'missing_api_key')
+    const principal = deps.keys.authenticate(token)
+    if (principal == null) throw new AuthenticationError('Invalid or revoked API key', 'invalid_api_key')
+    request.principal = principal
+  })
+}
+
+function bearerToken (header: string | undefined): string | null {
+  if (header == null) return null
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header)
+  return match?.[1] ?? null
+}
+
+/** The host part of a Host header, lower-cased, without port or IPv6 brackets; null when malformed. */
+export function hostName (header: string | undefined): string | null {
+  if (header == null || header === '') return null
+  const value = header.trim().toLowerCase()
+  if (value.startsWith('[')) {
+    const end = value.indexOf(']')
+    return end > 1 ? value.slice(1, end) : null
+  }
+  const colon = value.lastIndexOf(':')
+  const host = colon === -1 ? value : value.slice(0, colon)
+  return /^[a-z0-9.-]+$/.test(host) ? host : null
+}
+
+function isLoopbackName (host: string): boolean {
+  return host === 'localhost' || host.endsWith('.localhost')
+}
+
+export function isLoopbackAddress (address: string | undefined): boolean {
+  if (address == null) return false
+  if (address === '::1') return true
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address
+  return v4.startsWith('127.')
+}

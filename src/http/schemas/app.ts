@@ -1,0 +1,62 @@
+import { z } from 'zod'
+import { SettingsObject } from './settings.ts'
+
+export const Health = z.object({
+  status: z.literal('ok'),
+  version: z.string(),
+  nodeID: z.string(),
+  uptimeSeconds: z.number()
+})
+export type Health = z.infer<typeof Health>
+
+export const DownloadProgress = z.object({
+  receivedBytes: z.number(),
+  totalBytes: z.number().nullable(),
+  fraction: z.number().nullable(),
+  bytesPerSecond: z.number().nullable(),
+  etaSeconds: z.number().nullable()
+})
+
+/** CONTRACT §3: a model as listings show it. */
+export const ModelRecord = z.object({
+  modelID: z.string(),
+  name: z.string(),
+  family: z.string().nullable(),
+  parameters: z.string().nullable(),
+  quantization: z.string().nullable(),
+  sizeBytes: z.number().nullable(),
+  contextLength: z.number().nullable(),
+  status: z.enum(['available', 'downloading', 'downloaded', 'loaded', 'failed']),
+  progress: DownloadProgress.nullable(),
+  error: z.string().nullable(),
+  source: z.string()
+})
+export type ModelRecord = z.infer<typeof ModelRecord>
+
+export const AppSnapshot = z.object({
+  node: z.object({
+    nodeID: z.string(),
+    name: z.string(),
+    version: z.string(),
+    port: z.number(),
+    uptimeSeconds: z.number()
+  }),
+  hardware: z.object({
+    cpu: z.string(),
+    cores: z.number(),
+    memoryGB: z.number(),
+    gpu: z.string().nullable()
+  }),
+  keepAwake: z.object({
+    active: z.boolean(),
+    method: z.string().nullable(),
+    reason: z.string().nullable()
+  }),
+  model: z.object({ modelID: z.string(), status: z.string(), contextLength: z.number().nullable() }).nullable(),
+  models: z.array(ModelRecord),
+  peers: z.object({ lan: z.number(), wan: z.number() }),
+  wallet: z.object({ currentBalance: z.number() }),
+  ptn: z.object({ memberships: z.number() }),
+  settings: SettingsObject
+})
+export type AppSnapshot = z.infer<typeof AppSnapshot>

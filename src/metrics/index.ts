@@ -1,0 +1,1 @@
+export { MetricsRegistry, Counter, Histogram } from './registry.ts'

@@ -1,0 +1,138 @@
+import { EventEmitter } from 'node:events'
+import { z } from 'zod'
+import { InvalidInputError } from '../errors.ts'
+import { inTransaction, type Database } from '../store/index.ts'
+
+export const INFERENCE_BACKENDS = ['llama.cpp', 'peers'] as const
+export const LANGUAGES = ['en', 'zh', 'es', 'pt-BR', 'fr', 'de', 'ja', 'ko', 'ru', 'it'] as const
+const CURRENCIES = new Set(Intl.supportedValuesOf('currency'))
+
+const relayUrl = z.string().max(2048).refine((value) => value === '' || isRelayAddress(value), {
+  message: 'must be empty, a ws:// or wss:// URL, or a libp2p multiaddr'
+})
+
+/** Every setting of spec §2.1 with its type and range (CONTRACT §4). Unknown keys are refused: typos must not pass. */
+export const SettingsPatch = z.strictObject({
+  cluster_enabled: z.boolean(),
+  wan_enabled: z.boolean(),
+  wan_relay_url: relayUrl,
+  max_storage_gb: z.number().positive().max(1_000_000),
+  org_capacity_reservation: z.number().min(0).max(1),
+  cluster_passcode: z.string().max(256),
+  allow_network_access: z.boolean(),
+  electricity_cost: z.number().min(0).max(1_000_000),
+  electricity_currency: z.string().refine((code) => CURRENCIES.has(code), { message: 'must be a 3-letter ISO 4217 currency code such as USD' }),
+  electricity_margin: z.number().min(1).max(1000),
+  keep_awake: z.boolean(),
+  auto_manage_models: z.boolean(),
+  inference_backend: z.enum(INFERENCE_BACKENDS),
+  language: z.enum(LANGUAGES)
+}).partial()
+
+export type Settings = Required<z.infer<typeof SettingsPatch>>
+export type SettingsPatch = z.infer<typeof SettingsPatch>
+export type SettingKey = keyof Settings
+
+export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
+  cluster_enabled: false,
+  wan_enabled: false,
+  wan_relay_url: '',
+  max_storage_gb: 50,
+  org_capacity_reservation: 0,
+  cluster_passcode: '',
+  allow_network_access: false,
+  electricity_cost: 0.12,
+  electricity_currency: 'USD',
+  electricity_margin: 1.2,
+  keep_awake: false,
+  auto_manage_models: false,
+  inference_backend: 'llama.cpp',
+  language: 'en'
+})
+
+function isRelayAddress (value: string): boolean {
+  if (value.startsWith('/')) return /^\/(ip4|ip6|dns|dns4|dns6)\//.test(value)
+  try {
+    const url = new URL(value)
+    return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hostname !== ''
+  } catch (err) {
+    if (err instanceof TypeError) return false // not a URL at all
+    throw err
+  }
+}
+
+export interface SettingsChange {
+  previous: Settings
+  current: Settings
+  changed: SettingKey[]
+}
+
+/**
+ * The node's settings, persisted in the database and cached in memory: every request reads them (auth checks
+ * `allow_network_access`), so reads never touch SQLite. A patch is validated whole, then written in one transaction:
+ * either every key changes or none does.
+ */
+export class SettingsStore {
+  readonly #db: Database
+  readonly #events = new EventEmitter<{ change: [SettingsChange] }>()
+  #current: Settings
+
+  constructor (deps: { db: Database }) {
+    this.#db = deps.db
+    this.#current = this.#read()
+  }
+
+  get (): Settings {
+    return { ...this.#current }
+  }
+
+  /** Applies `patch` atomically and returns the full settings. Throws InvalidInputError naming the first bad key. */
+  update (patch: unknown): Settings {
+    const parsed = SettingsPatch.safeParse(patch)
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]
+      const param = issue.code === 'unrecognized_keys' ? issue.keys[0] : String(issue.path[0] ?? '')
+      throw new InvalidInputError(`Invalid setting ${param}: ${issue.message}`, param || null)
+    }
+    const next: Settings = { ...this.#current, ...stripUndefined(parsed.data) }
+    if (next.wan_enabled && next.wan_relay_url === '') {
+      throw new InvalidInputError('wan_enabled needs a wan_relay_url (ws:// or wss:// URL of a meshnode relay)', 'wan_relay_url')
+    }
+    const changed = (Object.keys(next) as SettingKey[]).filter((key) => next[key] !== this.#current[key])
+    if (changed.length === 0) return this.get()
+    const upsert = this.#db.prepare('INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value')
+    inTransaction(this.#db, () => {
+      for (const key of changed) upsert.run(key, JSON.stringify(next[key]))
+    })
+    const previous = this.#current
+    this.#current = next
+    this.#events.emit('change', { previous, current: this.get(), changed })
+    return this.get()
+  }
+
+  /** Calls `listener` after every committed change. Returns a function that removes it. */
+  onChange (listener: (change: SettingsChange) => void): () => void {
+    this.#events.on('change', listener)
+    return () => { this.#events.off('change', listener) }
+  }
+
+  #read (): Settings {
+    const rows = this.#db.prepare('SELECT key, value FROM settings').all() as Array<{ key: string, value: string }>
+    const stored: Record<string, unknown> = {}
+    for (const row of rows) {
+      if (row.key in DEFAULT_SETTINGS) stored[row.key] = JSON.parse(row.value)
+    }
+    // Stored values were validated when written; a value an older version allowed and this one refuses falls back
+    // to its default for this run rather than keeping the node from starting.
+    const result: Settings = { ...DEFAULT_SETTINGS }
+    for (const [key, value] of Object.entries(stored)) {
+      const one = SettingsPatch.safeParse({ [key]: value })
+      if (one.success) Object.assign(result, one.data)
+    }
+    return result
+  }
+}
+
+function stripUndefined<T extends object> (value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>
+}
