@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import Fastify, { type FastifyBaseLogger } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
 import swagger from '@fastify/swagger'
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod'
 import type { Logger } from 'pino'
@@ -38,7 +38,7 @@ export interface HttpOptions extends GuardOptions {
 export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promise<HttpApp> {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: BODY_LIMIT_BYTES,
     genReqId: () => randomUUID(),
     requestIdHeader: false,

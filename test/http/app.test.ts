@@ -1,0 +1,117 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Writable } from 'node:stream'
+import { join } from 'node:path'
+import { startTestNode, tempDir } from '../support/node.ts'
+import { buildHttpApp } from '../../src/http/app.ts'
+import { openDatabase } from '../../src/store/index.ts'
+import { SettingsStore } from '../../src/settings/index.ts'
+import { ApiKeys } from '../../src/keys/index.ts'
+import { MetricsRegistry } from '../../src/metrics/index.ts'
+import { createLogger } from '../../src/log.ts'
+
+test('GET /health answers the contract shape without a key', async (t) => {
+  const { api, nodeID } = await startTestNode(t)
+  const res = await api.get('/health')
+  assert.equal(res.status, 200)
+  assert.deepEqual(Object.keys(res.body).sort(), ['nodeID', 'status', 'uptimeSeconds', 'version'])
+  assert.equal(res.body.status, 'ok')
+  assert.equal(res.body.nodeID, nodeID)
+  assert.match(res.body.nodeID, /^[0-9a-f]{64}$/)
+  assert.ok(res.headers.get('x-request-id'))
+})
+
+test('GET /v1/app is the full snapshot of CONTRACT §3', async (t) => {
+  const { api, nodeID, node } = await startTestNode(t, { name: 'alice' })
+  const res = await api.get('/v1/app')
+  assert.equal(res.status, 200)
+  const app = res.body
+  for (const key of ['node', 'hardware', 'model', 'models', 'peers', 'wallet', 'ptn', 'settings']) assert.ok(key in app, `snapshot has ${key}`)
+  assert.deepEqual({ nodeID: app.node.nodeID, name: app.node.name, port: app.node.port }, { nodeID, name: 'alice', port: node.port })
+  assert.equal(typeof app.hardware.cpu, 'string')
+  assert.ok(app.hardware.cores >= 1)
+  assert.ok(app.hardware.memoryGB > 0)
+  assert.ok('gpu' in app.hardware)
+  assert.equal(app.model, null)
+  assert.ok(Array.isArray(app.models))
+  assert.deepEqual(Object.keys(app.peers).sort(), ['lan', 'wan'])
+  assert.equal(typeof app.wallet.currentBalance, 'number')
+  assert.equal(typeof app.ptn.memberships, 'number')
+  assert.equal(Object.keys(app.settings).length, 14)
+})
+
+test('unknown routes answer 404 in the envelope', async (t) => {
+  const { api } = await startTestNode(t)
+  for (const [method, path] of [['GET', '/v1/nope'], ['POST', '/v1/app/nothing'], ['DELETE', '/health']]) {
+    const res = await api.send(method, path, undefined)
+    assert.equal(res.status, 404, `${method} ${path}`)
+    assert.equal(res.body.error.type, 'not_found')
+    assert.match(res.body.error.message, /Route not found/)
+    assert.equal(res.body.error.param, null)
+    assert.equal(res.body.error.code, null)
+  }
+})
+
+test('messages with quotes and control characters stay valid JSON', async (t) => {
+  const { api } = await startTestNode(t)
+  const id = 'a "quoted" \\ id\nwith </script> and \u0000'
+  const res = await api.post('/v1/app/apikeys/revoke', { id })
+  assert.equal(res.status, 404)
+  assert.equal(res.body.error.message, `API key not found: ${id}`)
+})
+
+test('GET /openapi.json documents every route with its schemas', async (t) => {
+  const { api } = await startTestNode(t)
+  const res = await api.get('/openapi.json')
+  assert.equal(res.status, 200)
+  assert.match(res.body.openapi, /^3\./)
+  for (const path of ['/health', '/v1/app', '/v1/app/settings', '/v1/app/apikeys', '/v1/app/apikeys/revoke']) {
+    assert.ok(path in res.body.paths, `${path} documented`)
+  }
+  const patch = res.body.paths['/v1/app/settings'].patch
+  assert.ok(patch.responses['200'], 'PATCH settings has a response schema')
+  assert.ok(patch.responses['400'], 'and its error envelope')
+})
+
+test('GET /metrics speaks the Prometheus text format and counts requests by route and status', async (t) => {
+  const { api } = await startTestNode(t)
+  await api.get('/health')
+  await api.get('/v1/nope')
+  const res = await api.get('/metrics')
+  assert.equal(res.status, 200)
+  assert.match(res.headers.get('content-type') ?? '', /^text\/plain/)
+  const text = res.body as string
+  assert.match(text, /# TYPE meshnode_http_requests_total counter/)
+  assert.match(text, /meshnode_http_requests_total\{method="GET",route="\/health",status="200"\} 1/)
+  assert.match(text, /meshnode_http_requests_total\{method="GET",route="unmatched",status="404"\} 1/)
+  assert.match(text, /meshnode_http_request_duration_seconds_bucket\{route="\/health",le="\+Inf"\} 1/)
+})
+
+test('a 500 carries a request id and no stack or cause, and is logged once with that id', async (t) => {
+  // The real app and error mapper, with a snapshot provider that fails the way a bug would.
+  const dir = await tempDir(t)
+  const db = openDatabase(join(dir, 'meshnode.db'))
+  t.after(() => { db.close() })
+  const lines: string[] = []
+  const log = createLogger('info', new Writable({ write (chunk, _enc, done) { lines.push(String(chunk)); done() } }))
+  const app = await buildHttpApp({
+    log,
+    settings: new SettingsStore({ db }),
+    keys: new ApiKeys({ db }, { adminToken: 'x'.repeat(43) }),
+    metrics: new MetricsRegistry(),
+    health: () => ({ status: 'ok', version: '0', nodeID: 'n', uptimeSeconds: 0 }),
+    snapshot: () => { throw new Error('secret detail at /home/user/.meshnode') }
+  }, { version: '0', allowedHosts: [], allowedOrigins: [] })
+  t.after(() => app.close())
+  const res = await app.inject({ method: 'GET', url: '/v1/app', headers: { host: '127.0.0.1' } })
+  assert.equal(res.statusCode, 500)
+  const body = res.json()
+  const requestID = res.headers['x-request-id'] as string
+  assert.equal(body.error.type, 'internal_error')
+  assert.equal(body.error.message, `internal error (request ${requestID})`)
+  assert.ok(!res.body.includes('secret detail'), 'the cause stays out of the answer')
+  assert.ok(!res.body.includes('at '), 'no stack frames')
+  const logged = lines.filter((line) => line.includes('secret detail'))
+  assert.equal(logged.length, 1, 'the cause is logged once')
+  assert.ok(logged[0].includes(requestID), 'with the request id')
+})

@@ -1,0 +1,123 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { request } from 'node:http'
+import { startTestNode, type TestNode } from '../support/node.ts'
+
+/** A raw HTTP request, so a test can send any Host header (fetch will not). */
+async function raw (url: string, path: string, headers: Record<string, string>, method = 'GET'): Promise<{ status: number, headers: Record<string, string | string[] | undefined>, body: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
+  const { hostname, port } = new URL(url)
+  return await new Promise((resolve, reject) => {
+    const req = request({ hostname, port, path, method, headers, setHost: !('host' in headers) }, (res) => {
+      let text = ''
+      res.on('data', (chunk: Buffer) => { text += chunk.toString() })
+      res.on('end', () => { resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text === '' ? null : JSON.parse(text) }) })
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+test('Host must be a loopback name, an IP literal or a configured host (DNS-rebinding guard)', async (t) => {
+  const { node } = await startTestNode(t, { allowedHosts: ['mynode.lan'] })
+  for (const host of ['localhost', `localhost:${node.port}`, '127.0.0.1', `[::1]:${node.port}`, 'app.localhost', 'mynode.lan:11435', '10.0.0.7']) {
+    const res = await raw(node.url, '/v1/app', { host })
+    assert.equal(res.status, 200, host)
+  }
+  for (const host of ['evil.example', 'evil.example:11435', 'localhost.evil.example', 'mynode.lan.evil', '']) {
+    const res = await raw(node.url, '/v1/app', { host })
+    assert.equal(res.status, 403, `host "${host}"`)
+    assert.equal(res.body.error.type, 'permission_error')
+    assert.match(res.body.error.message, /Host not allowed/)
+  }
+})
+
+test('a foreign Origin is refused; an allowed one gets CORS for itself only, preflight included', async (t) => {
+  const { node, api } = await startTestNode(t, { allowedOrigins: ['http://localhost:3000'] })
+  const foreign = await api.get('/v1/app', { origin: 'https://evil.example' })
+  assert.equal(foreign.status, 403)
+  assert.equal(foreign.body.error.type, 'permission_error')
+  assert.match(foreign.body.error.message, /Origin not allowed: https:\/\/evil.example/)
+  assert.equal(foreign.headers.get('access-control-allow-origin'), null)
+  const nullOrigin = await api.get('/v1/app', { origin: 'null' })
+  assert.equal(nullOrigin.status, 403)
+
+  const allowed = await api.get('/v1/app', { origin: 'http://localhost:3000' })
+  assert.equal(allowed.status, 200)
+  assert.equal(allowed.headers.get('access-control-allow-origin'), 'http://localhost:3000')
+  const preflight = await raw(node.url, '/v1/app/settings', { origin: 'http://localhost:3000', 'access-control-request-method': 'PATCH' }, 'OPTIONS')
+  assert.equal(preflight.status, 204)
+  assert.match(String(preflight.headers['access-control-allow-methods']), /PATCH/)
+
+  // A browser form post from a foreign page changes nothing.
+  const csrf = await api.patch('/v1/app/settings', { allow_network_access: true }, { origin: 'https://evil.example' })
+  assert.equal(csrf.status, 403)
+  assert.equal((await api.get('/v1/app')).body.settings.allow_network_access, false)
+})
+
+test('network access off: loopback only, and any Authorization header is ignored', async (t) => {
+  const { node, api } = await startTestNode(t)
+  const dummy = await api.get('/v1/app', { authorization: 'Bearer sk-dummy-from-an-sdk' })
+  assert.equal(dummy.status, 200)
+  // A client from another machine: inject gives the real app a non-loopback peer address (TEST-NET, never dialled).
+  for (const url of ['/v1/app', '/health']) {
+    const res = await node.http.inject({ method: 'GET', url, remoteAddress: '192.0.2.10', headers: { host: '192.0.2.1' } })
+    assert.equal(res.statusCode, 403, url)
+    assert.equal(res.json().error.type, 'permission_error')
+  }
+  const v6 = await node.http.inject({ method: 'GET', url: '/v1/app', remoteAddress: '::ffff:127.0.0.1', headers: { host: 'localhost' } })
+  assert.equal(v6.statusCode, 200)
+})
+
+async function withNetworkAccess (t: Parameters<typeof startTestNode>[0]): Promise<TestNode & { key: string, keyID: string }> {
+  const started = await startTestNode(t)
+  const { body } = await started.api.post('/v1/app/apikeys', { name: 'client' })
+  const on = await started.api.patch('/v1/app/settings', { allow_network_access: true })
+  assert.equal(on.status, 200)
+  return { ...started, key: body.key, keyID: body.id }
+}
+
+test('network access on: every route but /health needs a valid key, loopback included', async (t) => {
+  const { api, key, node } = await withNetworkAccess(t)
+  const health = await api.get('/health')
+  assert.equal(health.status, 200)
+
+  const missing = await api.get('/v1/app')
+  assert.equal(missing.status, 401)
+  assert.deepEqual(missing.body.error, { message: missing.body.error.message, type: 'authentication_error', param: null, code: 'missing_api_key' })
+  for (const authorization of ['Bearer mn_wrong', 'Basic abc', `Bearer ${key}x`, 'Bearer']) {
+    const res = await api.get('/v1/app', { authorization })
+    assert.equal(res.status, 401, authorization)
+    assert.equal(res.body.error.code, authorization === 'Basic abc' || authorization === 'Bearer' ? 'missing_api_key' : 'invalid_api_key')
+  }
+  const ok = await api.get('/v1/app', { authorization: `Bearer ${key}` })
+  assert.equal(ok.status, 200)
+  // Now other machines may connect too, with a key.
+  const remote = await node.http.inject({ method: 'GET', url: '/v1/app', remoteAddress: '192.0.2.10', headers: { host: '192.0.2.1', authorization: `Bearer ${key}` } })
+  assert.equal(remote.statusCode, 200)
+  const remoteNoKey = await node.http.inject({ method: 'GET', url: '/v1/app', remoteAddress: '192.0.2.10', headers: { host: '192.0.2.1' } })
+  assert.equal(remoteNoKey.statusCode, 401)
+})
+
+test('a revoked key stops working at once; lastUsed is recorded', async (t) => {
+  const { api, key, keyID } = await withNetworkAccess(t)
+  const authed = api.withHeaders({ authorization: `Bearer ${key}` })
+  assert.equal((await authed.get('/v1/app')).status, 200)
+  const listed = await authed.get('/v1/app/apikeys')
+  const row = listed.body.keys.find((k: { id: string }) => k.id === keyID)
+  assert.ok(row.lastUsed != null && !Number.isNaN(Date.parse(row.lastUsed)))
+  const revoke = await authed.post('/v1/app/apikeys/revoke', { id: keyID })
+  assert.equal(revoke.status, 200)
+  const after = await authed.get('/v1/app')
+  assert.equal(after.status, 401)
+  assert.equal(after.body.error.code, 'invalid_api_key')
+})
+
+test('switching network access takes effect without restart; the admin-token always works', async (t) => {
+  const { api, key, node } = await withNetworkAccess(t)
+  const admin = api.withHeaders({ authorization: `Bearer ${node.adminToken}` })
+  assert.equal((await admin.get('/v1/app')).status, 200)
+  assert.equal((await admin.get('/v1/app/apikeys')).body.keys.length, 1, 'the admin token is never listed')
+  const off = await api.patch('/v1/app/settings', { allow_network_access: false }, { authorization: `Bearer ${key}` })
+  assert.equal(off.status, 200)
+  assert.equal((await api.get('/v1/app')).status, 200, 'no key needed once off')
+})

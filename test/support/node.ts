@@ -1,0 +1,136 @@
+// Starts real nodes for tests: the production composition root on port 0 with a temp data dir, closed in t.after.
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { spawn, type ChildProcess } from 'node:child_process'
+import type { TestContext } from 'node:test'
+import { defaultConfig, type NodeConfig } from '../../src/config.ts'
+import { startNode, type RunningNode } from '../../src/node.ts'
+
+export interface ApiResponse<T = any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+  status: number
+  headers: Headers
+  body: T
+}
+
+/** A minimal JSON HTTP client bound to one node. `raw` sends a body string as is, for malformed-input tests. */
+export class Api {
+  readonly url: string
+  #headers: Record<string, string>
+  constructor (url: string, headers: Record<string, string> = {}) {
+    this.url = url
+    this.#headers = headers
+  }
+
+  withHeaders (headers: Record<string, string>): Api {
+    return new Api(this.url, { ...this.#headers, ...headers })
+  }
+
+  async get (path: string, headers: Record<string, string> = {}): Promise<ApiResponse> {
+    return await this.send('GET', path, undefined, headers)
+  }
+
+  async post (path: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResponse> {
+    return await this.send('POST', path, body === undefined ? undefined : JSON.stringify(body), { 'content-type': 'application/json', ...headers })
+  }
+
+  async patch (path: string, body: unknown, headers: Record<string, string> = {}): Promise<ApiResponse> {
+    return await this.send('PATCH', path, JSON.stringify(body), { 'content-type': 'application/json', ...headers })
+  }
+
+  async send (method: string, path: string, body: string | undefined, headers: Record<string, string> = {}): Promise<ApiResponse> {
+    const response = await fetch(this.url + path, { method, body, headers: { ...this.#headers, ...headers } })
+    const text = await response.text()
+    let parsed: unknown = text
+    if ((response.headers.get('content-type') ?? '').includes('json')) parsed = JSON.parse(text)
+    return { status: response.status, headers: response.headers, body: parsed }
+  }
+}
+
+export interface TestNode {
+  node: RunningNode
+  api: Api
+  dataDir: string
+  config: NodeConfig
+  nodeID: string
+  /** Closes the node and starts it again on the same data dir. */
+  restart (): Promise<TestNode>
+}
+
+export async function tempDir (t: TestContext, prefix = 'meshnode-test-'): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix))
+  t.after(() => rm(dir, { recursive: true, force: true }))
+  return dir
+}
+
+export async function startTestNode (t: TestContext, overrides: Partial<NodeConfig> = {}): Promise<TestNode> {
+  const dataDir = overrides.dataDir ?? await tempDir(t)
+  const config = defaultConfig({ port: 0, dataDir, logLevel: process.env.MESHNODE_TEST_LOG ?? 'silent', threads: 1, ...overrides })
+  return await launch(t, config)
+}
+
+async function launch (t: TestContext, config: NodeConfig): Promise<TestNode> {
+  const node = await startNode(config)
+  t.after(() => node.close())
+  const result: TestNode = {
+    node,
+    api: new Api(node.url),
+    dataDir: config.dataDir,
+    config,
+    nodeID: node.identity.nodeID,
+    restart: async () => {
+      await node.close()
+      // A fresh port: fetch's pooled keep-alive sockets to the old one are dead, and a test should not trip on that.
+      return await launch(t, config)
+    }
+  }
+  return result
+}
+
+/** Polls `check` until it returns a value other than undefined/false, or fails after `timeoutMs`. */
+export async function waitFor<T> (check: () => Promise<T | undefined | false> | T | undefined | false, options: { timeoutMs?: number, intervalMs?: number, what?: string } = {}): Promise<T> {
+  const deadline = Date.now() + (options.timeoutMs ?? 20_000)
+  let lastError: unknown = null
+  while (Date.now() < deadline) {
+    try {
+      const value = await check()
+      if (value !== undefined && value !== false) return value
+    } catch (err) {
+      lastError = err
+    }
+    await new Promise((resolve) => setTimeout(resolve, options.intervalMs ?? 50))
+  }
+  throw new Error(`Timed out waiting for ${options.what ?? 'condition'}${lastError == null ? '' : `: ${String(lastError)}`}`)
+}
+
+export const CLI = join(import.meta.dirname, '..', '..', 'src', 'cli', 'main.ts')
+
+export interface NodeProcess {
+  child: ChildProcess
+  url: string
+  port: number
+  output: () => string
+}
+
+/** Runs `meshnode serve` as a separate process (for kill -9 and signal tests) and waits until it listens. */
+export async function spawnNodeProcess (t: TestContext, args: string[], env: Record<string, string> = {}): Promise<NodeProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+    env: { ...process.env, MESHNODE_LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  t.after(() => { if (child.exitCode == null && child.signalCode == null) child.kill('SIGKILL') })
+  let out = ''
+  child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => { out += chunk.toString() })
+  const port = await waitFor(() => {
+    if (child.exitCode != null) throw new Error(`node exited with ${child.exitCode}: ${out}`)
+    const line = out.split('\n').find((l) => l.includes('meshnode is listening'))
+    return line == null ? undefined : (JSON.parse(line) as { port: number }).port
+  }, { timeoutMs: 30_000, what: 'the node process to listen' })
+  return { child, port, url: `http://127.0.0.1:${port}`, output: () => out }
+}
+
+export async function exitOf (child: ChildProcess): Promise<{ code: number | null, signal: NodeJS.Signals | null }> {
+  if (child.exitCode != null || child.signalCode != null) return { code: child.exitCode, signal: child.signalCode }
+  return await new Promise((resolve) => child.once('exit', (code, signal) => { resolve({ code, signal }) }))
+}
