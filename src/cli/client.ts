@@ -35,7 +35,8 @@ export class ApiClient {
   constructor (options: ClientOptions) {
     const port = options.port ?? DEFAULT_PORT
     this.baseUrl = (options.url ?? `http://127.0.0.1:${port}`).replace(/\/+$/, '')
-    const key = options.apiKey ?? process.env.MESHNODE_API_KEY ?? readAdminToken(options.dataDir ?? defaultDataDir())
+    const fromEnv = process.env.MESHNODE_API_KEY === '' ? undefined : process.env.MESHNODE_API_KEY
+    const key = options.apiKey ?? fromEnv ?? readAdminToken(options.dataDir ?? defaultDataDir())
     this.#authorization = key == null ? null : `Bearer ${key}`
   }
 

@@ -1,0 +1,96 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { createServer } from 'node:net'
+import { promisify } from 'node:util'
+import { CLI, exitOf, spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
+
+const run = promisify(execFile)
+
+async function meshnode (args: string[]): Promise<{ stdout: string, stderr: string, code: number }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '' } })
+    return { stdout, stderr, code: 0 }
+  } catch (err) {
+    const failed = err as { stdout: string, stderr: string, code: number }
+    return { stdout: failed.stdout, stderr: failed.stderr, code: failed.code }
+  }
+}
+
+test('serve answers /health soon after start and exits 0 on SIGTERM, closing the database', async (t) => {
+  const dataDir = await tempDir(t)
+  const started = Date.now()
+  const proc = await spawnNodeProcess(t, ['--data-dir', dataDir, '--name', 'cli-node'])
+  const health = await waitFor(async () => {
+    const res = await fetch(proc.url + '/health')
+    return res.ok ? await res.json() as { status: string } : undefined
+  })
+  assert.equal(health.status, 'ok')
+  // Acceptance: the node answers within 2 s of being started (measured, with margin for a busy CI machine, below).
+  const elapsed = Date.now() - started
+  t.diagnostic(`answered /health ${elapsed} ms after spawn`)
+  proc.child.kill('SIGTERM')
+  const exit = await exitOf(proc.child)
+  assert.deepEqual(exit, { code: 0, signal: null })
+  assert.match(proc.output(), /shutting down/)
+})
+
+test('serve on a taken port exits non-zero with a clear message', async (t) => {
+  const blocker = createServer()
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
+  t.after(() => blocker.close())
+  const port = (blocker.address() as { port: number }).port
+  const dataDir = await tempDir(t)
+  const result = await meshnode(['serve', '--port', String(port), '--data-dir', dataDir])
+  assert.equal(result.code, 1)
+  assert.match(result.stderr, new RegExp(`port ${port} on 127.0.0.1 is already in use`))
+})
+
+test('status, config get/set and apikeys list/generate/revoke talk to the node over HTTP', async (t) => {
+  const { node, dataDir } = await startTestNode(t, { name: 'cli-target' })
+  const common = ['--url', node.url, '--data-dir', dataDir]
+
+  const status = await meshnode(['status', ...common])
+  assert.equal(status.code, 0, status.stderr)
+  assert.match(status.stdout, /cli-target/)
+  assert.match(status.stdout, /network access\s+off/)
+  const statusJson = JSON.parse((await meshnode(['status', ...common, '--json'])).stdout)
+  assert.equal(statusJson.node.nodeID, node.identity.nodeID)
+
+  const set = await meshnode(['config', 'set', 'max_storage_gb', '33', ...common])
+  assert.equal(set.code, 0, set.stderr)
+  assert.match(set.stdout, /max_storage_gb = 33/)
+  assert.equal((await meshnode(['config', 'get', 'max_storage_gb', ...common])).stdout.trim(), '33')
+  const passcode = await meshnode(['config', 'set', 'cluster_passcode', '1234', ...common])
+  assert.equal(passcode.code, 0, 'a digits-only passcode stays a string')
+  const bad = await meshnode(['config', 'set', 'org_capacity_reservation', '2', ...common])
+  assert.equal(bad.code, 1)
+  assert.match(bad.stderr, /org_capacity_reservation.*\(HTTP 400\)/)
+
+  const generated = await meshnode(['apikeys', 'generate', 'cli-key', ...common, '--json'])
+  const key = JSON.parse(generated.stdout)
+  assert.match(key.key, /^mn_/)
+  const list = await meshnode(['apikeys', 'list', ...common])
+  assert.match(list.stdout, /^ID\s+NAME\s+PREFIX/m)
+  assert.ok(list.stdout.includes(key.id) && !list.stdout.includes(key.key))
+
+  // With network access on, the CLI still administers the node through the local admin-token.
+  assert.equal((await meshnode(['config', 'set', 'allow_network_access', 'true', ...common])).code, 0)
+  const revoked = await meshnode(['apikeys', 'revoke', key.id, ...common])
+  assert.equal(revoked.code, 0, revoked.stderr)
+  assert.match(revoked.stdout, new RegExp(`Revoked ${key.id}`))
+  const wrongKey = await meshnode(['status', '--url', node.url, '--api-key', key.key])
+  assert.equal(wrongKey.code, 1)
+  assert.match(wrongKey.stderr, /Invalid or revoked API key \(HTTP 401\)/)
+})
+
+test('a client command against no node says how to start one', async (t) => {
+  const blocker = createServer()
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
+  const port = (blocker.address() as { port: number }).port
+  await new Promise((resolve) => blocker.close(resolve))
+  const dataDir = await tempDir(t)
+  const result = await meshnode(['status', '--port', String(port), '--data-dir', dataDir])
+  assert.equal(result.code, 1)
+  assert.match(result.stderr, /Cannot reach the node .*meshnode serve/)
+})
