@@ -26,9 +26,10 @@ test('serve answers /health soon after start and exits 0 on SIGTERM, closing the
     return res.ok ? await res.json() as { status: string } : undefined
   })
   assert.equal(health.status, 'ok')
-  // Acceptance: the node answers within 2 s of being started (measured, with margin for a busy CI machine, below).
+  // Acceptance of the foundation issue: the node answers /health within 2 s of being started.
   const elapsed = Date.now() - started
   t.diagnostic(`answered /health ${elapsed} ms after spawn`)
+  assert.ok(elapsed < 2000, `answered /health after ${elapsed} ms`)
   proc.child.kill('SIGTERM')
   const exit = await exitOf(proc.child)
   assert.deepEqual(exit, { code: 0, signal: null })
