@@ -1,0 +1,55 @@
+// What a generation is asked and what it answers, independent of HTTP and of where it runs: the local engine and
+// a remote peer's engine take and give the same shapes.
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant'
+  content: string
+}
+
+export type ResponseFormat = { type: 'text' } | { type: 'json_object' } | { type: 'json_schema', schema: object }
+
+export interface ChatRequest {
+  /** The whole conversation; a trailing assistant message is continued (prefill), not answered. */
+  messages: ChatMessage[]
+  /** Most tokens to generate. Default: until the context is full. Capped at what the context has room for. */
+  maxTokens?: number | null
+  /** 0 to 2; 0 picks the most likely token every time. Default 1, as in OpenAI's API. */
+  temperature?: number | null
+  /** Nucleus sampling, (0, 1]. Default 1 (off). */
+  topP?: number | null
+  /** Sample only from the K most likely tokens; 0 or absent means all of them. */
+  topK?: number | null
+  /** Strings that end the generation; the one that matched is not part of the text. */
+  stop?: string[] | null
+  /** With a seed, the same request on the same model gives the same text. Default: a fresh random seed. */
+  seed?: number | null
+  /** -2 to 2, OpenAI's meaning: lowers the chance of any token already generated. */
+  presencePenalty?: number | null
+  /** -2 to 2, OpenAI's meaning: lowers a token's chance by how often it was already generated. */
+  frequencyPenalty?: number | null
+  responseFormat?: ResponseFormat | null
+}
+
+export type FinishReason = 'stop' | 'length'
+
+export interface ChatUsage {
+  /** Tokens of the prompt as the model's chat template renders it, special tokens included. */
+  promptTokens: number
+  /** Tokens the model sampled for this answer, including a stop string's tokens and the end-of-generation token. */
+  completionTokens: number
+  totalTokens: number
+}
+
+export type ChatEvent =
+  | { type: 'delta', text: string }
+  | { type: 'done', finishReason: FinishReason, usage: ChatUsage }
+
+export interface GenerateOptions {
+  /** Aborting stops the generation within a token and frees its slot; the iterator then throws `signal.reason`. */
+  signal?: AbortSignal
+}
+
+/** Anything that answers a chat request as a stream: the local engine, a remote peer. */
+export interface ChatEngine {
+  generate (request: ChatRequest, options?: GenerateOptions): AsyncIterable<ChatEvent>
+}

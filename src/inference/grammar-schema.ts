@@ -1,0 +1,179 @@
+import type { GbnfJsonSchema } from 'node-llama-cpp'
+import { InvalidGenerationRequestError } from './errors.ts'
+
+// node-llama-cpp compiles a subset of JSON Schema into a grammar and reads anything else leniently: an unknown
+// `type` or `anyOf` silently becomes `null`, `{}` becomes `null`, `pattern` is ignored. A constraint it would drop
+// means output that does not match the caller's schema, so we translate what we can (anyOf, type lists,
+// definitions) and refuse the rest here, naming the keyword, instead of answering with the wrong shape.
+
+const MAX_SCHEMA_DEPTH = 32 // deep enough for real schemas; bounds our recursion and the grammar's size
+const PRIMITIVE_TYPES = new Set(['string', 'number', 'integer', 'boolean', 'null'])
+const TYPES = new Set([...PRIMITIVE_TYPES, 'object', 'array'])
+const STRING_FORMATS = new Set(['date-time', 'time', 'date'])
+// Keywords that only describe; dropping them cannot make valid output invalid.
+const ANNOTATIONS = new Set([
+  '$schema', '$id', '$comment', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly'
+])
+const KEYWORDS_BY_TYPE: Record<string, Set<string>> = {
+  object: new Set(['properties', 'required', 'additionalProperties', 'minProperties', 'maxProperties']),
+  array: new Set(['items', 'prefixItems', 'minItems', 'maxItems']),
+  string: new Set(['minLength', 'maxLength', 'format'])
+}
+const ANY_VALUE: GbnfJsonSchema = {
+  oneOf: [{ type: ['string', 'number', 'boolean', 'null'] }, { type: 'object', additionalProperties: true }, { type: 'array' }]
+}
+
+type SchemaObject = Record<string, unknown>
+
+/** Checks a caller's JSON Schema and rewrites it into the subset node-llama-cpp's grammar compiler reads correctly. */
+export function toGrammarSchema (schema: unknown, param: string): GbnfJsonSchema {
+  if (!isSchemaObject(schema)) throw invalid(param, 'must be a JSON Schema object')
+  const defs = schema.$defs ?? schema.definitions
+  if (defs !== undefined && !isSchemaObject(defs)) throw invalid(`${param}.$defs`, 'must be an object of schemas')
+  const defNames = new Set(Object.keys(defs ?? {}))
+  const root = convert({ ...schema, $defs: undefined, definitions: undefined }, param, 0, defNames)
+  if (defs === undefined) return root
+  const convertedDefs: Record<string, GbnfJsonSchema> = { }
+  for (const [name, def] of Object.entries(defs)) convertedDefs[name] = convert(def, `${param}.$defs.${name}`, 1, defNames)
+  // $defs sits beside a oneOf or a typed schema; wrapping keeps it legal whatever the root's own shape is
+  return { oneOf: [root], $defs: convertedDefs } as GbnfJsonSchema
+}
+
+function convert (schema: unknown, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
+  if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
+  if (schema === true) return ANY_VALUE
+  if (!isSchemaObject(schema)) throw invalid(path, 'must be a JSON Schema object')
+  const s = stripAnnotations(schema)
+  if (Object.keys(s).length === 0) return ANY_VALUE
+
+  if (s.$ref !== undefined) {
+    only(s, path, ['$ref'])
+    const match = typeof s.$ref === 'string' ? /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(s.$ref) : null
+    if (match == null || !defNames.has(match[1])) throw invalid(`${path}.$ref`, 'must point at an entry of the root $defs')
+    return { $ref: `#/$defs/${match[1]}` } as GbnfJsonSchema
+  }
+  if (s.const !== undefined) {
+    only(s, path, ['const', 'type'])
+    if (!isPrimitive(s.const)) throw invalid(`${path}.const`, 'must be a string, number, boolean or null')
+    return { const: s.const }
+  }
+  if (s.enum !== undefined) {
+    only(s, path, ['enum', 'type'])
+    if (!Array.isArray(s.enum) || s.enum.length === 0 || !s.enum.every(isPrimitive)) {
+      throw invalid(`${path}.enum`, 'must be a non-empty array of strings, numbers, booleans or nulls')
+    }
+    return { enum: s.enum }
+  }
+  const alternatives = s.anyOf ?? s.oneOf
+  if (alternatives !== undefined) {
+    only(s, path, [s.anyOf !== undefined ? 'anyOf' : 'oneOf'])
+    if (!Array.isArray(alternatives) || alternatives.length === 0) throw invalid(path, 'anyOf/oneOf must be a non-empty array')
+    return { oneOf: alternatives.map((item, i) => convert(item, `${path}.oneOf[${i}]`, depth + 1, defNames)) }
+  }
+
+  const type = s.type ?? impliedType(s)
+  if (type === undefined) {
+    only(s, path, []) // names the first keyword we cannot compile (allOf, not, if, ...)
+  }
+  if (Array.isArray(type)) {
+    if (type.length === 0 || !type.every((t) => typeof t === 'string' && TYPES.has(t))) throw invalid(`${path}.type`, 'names an unknown type')
+    only(s, path, ['type', ...type.flatMap((t: string) => [...(KEYWORDS_BY_TYPE[t] ?? [])])])
+    if (Object.keys(s).length === 1 && type.every((t) => PRIMITIVE_TYPES.has(t))) return { type: type as Array<'string'> }
+    // one alternative per type, each with the keywords that apply to it (minLength to the string, properties to the object)
+    return {
+      oneOf: type.map((t: string) => convert({ type: t, ...pick(s, [...(KEYWORDS_BY_TYPE[t] ?? [])]) }, path, depth + 1, defNames))
+    }
+  }
+  if (typeof type !== 'string' || !TYPES.has(type)) throw invalid(`${path}.type`, 'must be one of ' + [...TYPES].join(', '))
+  only(s, path, ['type', ...(KEYWORDS_BY_TYPE[type] ?? [])])
+  if (type === 'object') return convertObject(s, path, depth, defNames)
+  if (type === 'array') return convertArray(s, path, depth, defNames)
+  if (type === 'string') {
+    checkCount(s, path, ['minLength', 'maxLength'])
+    // `format` is an annotation in JSON Schema 2020-12: we enforce the ones the grammar knows and drop the rest
+    const format = typeof s.format === 'string' && STRING_FORMATS.has(s.format) ? { format: s.format } : { }
+    return { type: 'string', ...pick(s, ['minLength', 'maxLength']), ...format } as GbnfJsonSchema
+  }
+  return { type: type as 'number' }
+}
+
+function convertObject (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
+  checkCount(s, path, ['minProperties', 'maxProperties'])
+  if (s.properties !== undefined && !isSchemaObject(s.properties)) throw invalid(`${path}.properties`, 'must be an object of schemas')
+  if (s.required !== undefined && !(Array.isArray(s.required) && s.required.every((r) => typeof r === 'string'))) {
+    throw invalid(`${path}.required`, 'must be an array of property names')
+  }
+  const properties: Record<string, GbnfJsonSchema> = { }
+  for (const [name, sub] of Object.entries(s.properties ?? {})) {
+    properties[name] = convert(sub, `${path}.properties.${name}`, depth + 1, defNames)
+  }
+  const extra = s.additionalProperties
+  // JSON Schema allows any extra property by default; node-llama-cpp allows none. With no properties named,
+  // "none" would force `{}`, so we keep the schema's meaning; with properties named, forbidding extras still
+  // yields only valid objects.
+  const additionalProperties = extra === undefined
+    ? s.properties === undefined
+    : typeof extra === 'boolean' ? extra : convert(extra, `${path}.additionalProperties`, depth + 1, defNames)
+  return {
+    type: 'object',
+    ...(s.properties !== undefined ? { properties } : {}),
+    ...(s.required !== undefined ? { required: s.required as string[] } : {}),
+    additionalProperties,
+    ...pick(s, ['minProperties', 'maxProperties'])
+  } as GbnfJsonSchema
+}
+
+function convertArray (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
+  checkCount(s, path, ['minItems', 'maxItems'])
+  if (s.prefixItems !== undefined && !Array.isArray(s.prefixItems)) throw invalid(`${path}.prefixItems`, 'must be an array of schemas')
+  return {
+    type: 'array',
+    ...(s.items !== undefined ? { items: convert(s.items, `${path}.items`, depth + 1, defNames) } : {}),
+    ...(Array.isArray(s.prefixItems)
+      ? { prefixItems: s.prefixItems.map((item, i) => convert(item, `${path}.prefixItems[${i}]`, depth + 1, defNames)) }
+      : {}),
+    ...pick(s, ['minItems', 'maxItems'])
+  } as GbnfJsonSchema
+}
+
+/** JSON Schema lets `type` go unsaid; `{ properties: {...} }` is an object schema in practice. */
+function impliedType (s: SchemaObject): string | undefined {
+  if (['properties', 'required', 'additionalProperties'].some((key) => key in s)) return 'object'
+  if (['items', 'prefixItems'].some((key) => key in s)) return 'array'
+  return undefined
+}
+
+function only (s: SchemaObject, path: string, allowed: readonly string[]): void {
+  for (const key of Object.keys(s)) {
+    if (!allowed.includes(key)) throw invalid(`${path}.${key}`, 'is not supported for constrained output here')
+  }
+}
+
+function checkCount (s: SchemaObject, path: string, keys: readonly string[]): void {
+  for (const key of keys) {
+    const value = s[key]
+    if (value !== undefined && !(Number.isSafeInteger(value) && (value as number) >= 0)) {
+      throw invalid(`${path}.${key}`, 'must be a non-negative integer')
+    }
+  }
+}
+
+function stripAnnotations (schema: SchemaObject): SchemaObject {
+  return Object.fromEntries(Object.entries(schema).filter(([key, value]) => value !== undefined && !ANNOTATIONS.has(key)))
+}
+
+function pick (s: SchemaObject, keys: readonly string[]): SchemaObject {
+  return Object.fromEntries(keys.filter((key) => s[key] !== undefined).map((key) => [key, s[key]]))
+}
+
+function isSchemaObject (value: unknown): value is SchemaObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function isPrimitive (value: unknown): value is string | number | boolean | null {
+  return value === null || ['string', 'number', 'boolean'].includes(typeof value)
+}
+
+function invalid (path: string, problem: string): InvalidGenerationRequestError {
+  return new InvalidGenerationRequestError(`${path} ${problem}`, path)
+}

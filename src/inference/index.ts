@@ -1,0 +1,5 @@
+export { LocalEngine } from './engine.ts'
+export type { LocalEngineDeps, LocalEngineOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
+export type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat } from './chat.ts'
+export { QueueFullError, NoModelLoadedError, ModelLoadError, InvalidGenerationRequestError } from './errors.ts'
+export { getSharedLlama, defaultInferenceThreads } from './llama.ts'

@@ -1,0 +1,79 @@
+import { QueueFullError } from './errors.ts'
+
+export interface SlotPoolOptions {
+  /** Most requests that may wait for a slot; one more is refused with QueueFullError. */
+  queueSize: number
+  /** The hint QueueFullError carries. */
+  retryAfterSeconds: number
+}
+
+interface Waiter<T> {
+  resolve: (slot: T) => void
+  reject: (reason: unknown) => void
+  forget: () => void
+}
+
+/**
+ * A fixed set of slots (context sequences) handed out first come, first served. A released slot goes straight to the
+ * oldest waiter, so a request queued behind an aborted one starts in the same tick the slot comes free.
+ */
+export class SlotPool<T extends object> {
+  readonly size: number
+  private readonly free: T[]
+  private readonly waiters: Array<Waiter<T>> = []
+  private readonly options: SlotPoolOptions
+  private closedReason: Error | null = null
+
+  constructor (slots: readonly T[], options: SlotPoolOptions) {
+    this.size = slots.length
+    this.free = [...slots]
+    this.options = options
+  }
+
+  get busy (): number {
+    return this.size - this.free.length
+  }
+
+  get queued (): number {
+    return this.waiters.length
+  }
+
+  /** A free slot, or a place in the queue; rejects with `signal.reason` if the caller gives up while waiting. */
+  async acquire (signal?: AbortSignal): Promise<T> {
+    if (this.closedReason != null) throw this.closedReason
+    signal?.throwIfAborted()
+    const slot = this.free.pop()
+    if (slot !== undefined) return slot
+    if (this.waiters.length >= this.options.queueSize) {
+      throw new QueueFullError(this.options.queueSize, this.options.retryAfterSeconds)
+    }
+    return await new Promise<T>((resolve, reject) => {
+      const onAbort = (): void => {
+        this.waiters.splice(this.waiters.indexOf(waiter), 1)
+        reject(signal?.reason)
+      }
+      const waiter: Waiter<T> = { resolve, reject, forget: () => signal?.removeEventListener('abort', onAbort) }
+      signal?.addEventListener('abort', onAbort, { once: true })
+      this.waiters.push(waiter)
+    })
+  }
+
+  release (slot: T): void {
+    const next = this.waiters.shift()
+    if (next == null) {
+      this.free.push(slot)
+      return
+    }
+    next.forget()
+    next.resolve(slot)
+  }
+
+  /** Refuses every waiter and every later `acquire` with `reason`; slots already out may still be released. */
+  close (reason: Error): void {
+    this.closedReason = reason
+    for (const waiter of this.waiters.splice(0)) {
+      waiter.forget()
+      waiter.reject(reason)
+    }
+  }
+}
