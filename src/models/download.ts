@@ -1,0 +1,447 @@
+// The download engine: one file from a URL to disk, resumable, verified, bounded. It knows HTTP only as a client
+// and nothing of the database; the model store decides what to fetch, where it goes and what it may cost.
+import { createHash } from 'node:crypto'
+import type { Hash } from 'node:crypto'
+import { createReadStream } from 'node:fs'
+import { open, rename, rm, stat } from 'node:fs/promises'
+import { dirname } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { InvalidInputError } from '../errors.ts'
+import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError } from './errors.ts'
+
+export interface DownloadProgress {
+  receivedBytes: number
+  totalBytes: number | null
+  /** Over the last few seconds, so a stall shows quickly and a resumed download does not count old bytes. */
+  bytesPerSecond: number
+  etaSeconds: number | null
+}
+
+export interface DownloadRequest {
+  url: string
+  destination: string
+  /** Lowercase or uppercase hex. Without it, the hub's X-Linked-Etag is used when it is a sha256. */
+  expectedSha256?: string | null
+  expectedSize?: number | null
+  /** Sent as a Bearer token to the URL's origin only, never to a redirect target elsewhere (the CDN). */
+  token?: string | null
+  maxBytes?: number | null
+  onProgress?: (progress: DownloadProgress) => void
+  /** Aborting keeps `destination + '.part'`, so a later call resumes; the promise rejects with the reason. */
+  signal?: AbortSignal
+}
+
+export interface DownloadResult { path: string, sha256: string, sizeBytes: number }
+
+export interface DownloadOptions {
+  /** Retries after a dropped connection, a 5xx or a 429. A retry that received bytes resets the count. Default 5. */
+  retries?: number
+  /** First backoff delay, doubled per failure, with jitter. Default 1000. */
+  baseDelayMs?: number
+  /** Cap on any wait, Retry-After included, so a server cannot park us for an hour. Default 60000. */
+  maxDelayMs?: number
+}
+
+const PROGRESS_INTERVAL_MS = 250
+const RATE_WINDOW_MS = 5000
+const MAX_REDIRECTS = 10
+const SHA256_HEX = /^[0-9a-f]{64}$/
+
+/** Downloads `request.url` to `request.destination` through `destination.part`, resuming a `.part` left before. */
+export async function downloadFile (request: DownloadRequest, options: DownloadOptions = {}): Promise<DownloadResult> {
+  const { retries = 5, baseDelayMs = 1000, maxDelayMs = 60_000 } = options
+  const { url, destination, signal } = request
+  if (!URL.canParse(url)) throw new InvalidInputError(`Not a URL: ${url}`, 'url')
+  const requested = request.expectedSha256?.toLowerCase() ?? null
+  if (requested != null && !SHA256_HEX.test(requested)) {
+    throw new InvalidInputError(`Not a sha256: ${request.expectedSha256}`, 'expectedSha256')
+  }
+  const job: Job = {
+    url,
+    partPath: `${destination}.part`,
+    token: request.token == null || request.token === '' ? null : request.token,
+    maxBytes: request.maxBytes ?? null,
+    expectedSha256: requested,
+    expectedSize: request.expectedSize ?? null,
+    signal,
+    progress: new ProgressReporter(request.onProgress),
+    part: { hash: createHash('sha256'), receivedBytes: 0 },
+    attempts: 0
+  }
+  await checkDeclaredSize(job, job.expectedSize)
+  signal?.throwIfAborted()
+  try {
+    job.part = await readPart(job.partPath, signal)
+  } catch (err) {
+    if (signal?.aborted === true) throw signal.reason // the read stream rejects with its own AbortError
+    throw err
+  }
+  if (job.part.receivedBytes > 0) {
+    await checkDeclaredSize(job, job.expectedSize)
+    if (job.expectedSize != null && job.part.receivedBytes > job.expectedSize) await restartPart(job)
+  }
+
+  let failures = 0
+  let restarts = 0
+  for (;;) {
+    signal?.throwIfAborted()
+    const receivedBefore = job.part.receivedBytes
+    job.attempts++
+    try {
+      const outcome = await attempt(job)
+      if (outcome === 'complete') break
+      // The server holds a different file than our .part (416 beyond its end): start over, but only once
+      if (++restarts > 1) {
+        throw new DownloadFailedError(url, 'the server keeps refusing the range we ask', { attempts: job.attempts })
+      }
+      await restartPart(job)
+    } catch (err) {
+      if (signal?.aborted === true) throw signal.reason
+      if (!(err instanceof RetryableError)) throw err
+      failures = job.part.receivedBytes > receivedBefore ? 1 : failures + 1 // progress means the link works
+      if (failures > retries) {
+        throw new DownloadFailedError(url, `gave up after ${job.attempts} attempts: ${err.message}`,
+          { status: err.status, attempts: job.attempts, cause: err.cause })
+      }
+      const backoffMs = baseDelayMs * 2 ** (failures - 1) * (0.5 + Math.random() / 2)
+      await pause(Math.min(maxDelayMs, err.retryAfterMs ?? backoffMs), signal)
+    }
+  }
+  return await finish(job, destination)
+}
+
+interface Part { hash: Hash, receivedBytes: number }
+
+interface Job {
+  url: string
+  partPath: string
+  token: string | null
+  maxBytes: number | null
+  expectedSha256: string | null
+  expectedSize: number | null
+  signal: AbortSignal | undefined
+  progress: ProgressReporter
+  part: Part
+  /** Requests made so far (redirect hops not counted), for the error that ends the download. */
+  attempts: number
+}
+
+/** A failure worth another try: the connection dropped, or the server said "later" (5xx, 429). */
+class RetryableError extends Error {
+  readonly status: number | null
+  readonly retryAfterMs: number | null
+  constructor (message: string, details: { status?: number | null, retryAfterMs?: number | null, cause?: unknown }) {
+    super(message, { cause: details.cause })
+    this.status = details.status ?? null
+    this.retryAfterMs = details.retryAfterMs ?? null
+  }
+}
+
+/** One request: streams what the server sends into the .part, or says why it could not. */
+async function attempt (job: Job): Promise<'complete' | 'stale'> {
+  const { response, linked } = await openResponse(job)
+  const status = response.status
+  if (status === 200 || status === 206) {
+    let totalBytes: number | null
+    if (status === 206) {
+      const range = parseContentRange(response.headers.get('content-range'))
+      if (range == null || range.start !== job.part.receivedBytes) {
+        await response.body?.cancel()
+        throw new DownloadFailedError(job.url,
+          `asked for bytes from ${job.part.receivedBytes}, got Content-Range ${response.headers.get('content-range')}`,
+          { status, attempts: job.attempts })
+      }
+      totalBytes = range.totalBytes
+    } else {
+      // A 200 to a Range request means the server ignored it: what we hold cannot be continued
+      if (job.part.receivedBytes > 0) await restartPart(job)
+      totalBytes = contentLength(response)
+    }
+    totalBytes ??= linked.sizeBytes ?? job.expectedSize
+    await checkAnnounced(job, { sha256: null, sizeBytes: totalBytes }, response)
+    try {
+      await receive(job, response, totalBytes)
+    } catch (err) {
+      if (err instanceof DownloadTooLargeError) await discardPart(job) // over budget: nothing worth resuming
+      throw err
+    }
+    return 'complete'
+  }
+  if (status === 416) {
+    await response.body?.cancel()
+    // Nothing left after our offset: either the .part is the whole file (a crash before the rename) or it is stale
+    const totalBytes = parseContentRange(response.headers.get('content-range'))?.totalBytes ?? linked.sizeBytes
+    return totalBytes === job.part.receivedBytes ? 'complete' : 'stale'
+  }
+  if (status === 404) throw new DownloadNotFoundError(job.url, `not found (${await errorText(response)})`,
+    { status, attempts: job.attempts })
+  if (status === 429 || status >= 500) {
+    await response.body?.cancel()
+    throw new RetryableError(`HTTP ${status}`, { status, retryAfterMs: parseRetryAfter(response.headers.get('retry-after')) })
+  }
+  throw new DownloadFailedError(job.url, `HTTP ${status} (${await errorText(response)})`,
+    { status, attempts: job.attempts })
+}
+
+interface Linked { sha256: string | null, sizeBytes: number | null }
+
+/** GET with our Range, following redirects ourselves: the token must not travel to another origin. */
+async function openResponse (job: Job): Promise<{ response: Response, linked: Linked }> {
+  const headers: Record<string, string> = {}
+  if (job.part.receivedBytes > 0) headers.Range = `bytes=${job.part.receivedBytes}-`
+  if (job.token != null) headers.Authorization = `Bearer ${job.token}`
+  let linked: Linked | null = null
+  let current = new URL(job.url)
+  for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
+    let response: Response
+    try {
+      response = await fetch(current, { headers, redirect: 'manual', signal: job.signal })
+    } catch (err) {
+      if (job.signal?.aborted === true) throw job.signal.reason
+      throw new RetryableError(`cannot reach ${current.host}: ${describe(err)}`, { cause: err })
+    }
+    if (linked == null) {
+      linked = readLinked(response.headers)
+      await checkAnnounced(job, linked, response) // before a redirect to the CDN spends any bandwidth
+    }
+    const location = response.headers.get('location')
+    if (response.status < 300 || response.status >= 400 || response.status === 304 || location == null) {
+      return { response, linked }
+    }
+    await response.body?.cancel()
+    const next = new URL(location, current)
+    if (next.origin !== current.origin) delete headers.Authorization
+    current = next
+  }
+  throw new DownloadFailedError(job.url, `more than ${MAX_REDIRECTS} redirects`, { attempts: job.attempts })
+}
+
+/** Streams the body into the .part, hashing as it goes; a connection lost mid-body is retryable from where it stopped. */
+async function receive (job: Job, response: Response, totalBytes: number | null): Promise<void> {
+  if (response.body == null) throw new RetryableError('empty response body', { status: response.status })
+  job.progress.begin(job.part.receivedBytes)
+  const file = await open(job.partPath, 'a')
+  let reading = true
+  try {
+    for await (const chunk of response.body) {
+      reading = false
+      if (job.maxBytes != null && job.part.receivedBytes + chunk.length > job.maxBytes) {
+        throw new DownloadTooLargeError(job.url, job.part.receivedBytes + chunk.length, job.maxBytes, 'received')
+      }
+      await file.write(chunk)
+      job.part.hash.update(chunk) // after the write, so the hash never covers bytes the .part lacks
+      job.part.receivedBytes += chunk.length
+      job.progress.update(job.part.receivedBytes, totalBytes)
+      reading = true
+    }
+  } catch (err) {
+    if (job.signal?.aborted === true) throw job.signal.reason
+    // Only a failed read is the network's fault; a failed write (disk full) or a throwing onProgress is not
+    if (reading) {
+      throw new RetryableError(`connection lost after ${job.part.receivedBytes} bytes: ${describe(err)}`,
+        { status: response.status, cause: err })
+    }
+    throw err
+  } finally {
+    await file.close()
+  }
+  if (totalBytes != null && job.part.receivedBytes < totalBytes) {
+    throw new RetryableError(`connection closed at ${job.part.receivedBytes} of ${totalBytes} bytes`, { status: response.status })
+  }
+}
+
+/** Verifies the .part, makes it durable, and renames it into place. */
+async function finish (job: Job, destination: string): Promise<DownloadResult> {
+  const { receivedBytes } = job.part
+  const sha256 = job.part.hash.digest('hex')
+  if (job.expectedSize != null && receivedBytes !== job.expectedSize) {
+    await discardPart(job)
+    throw new IntegrityError(destination, 'size', String(job.expectedSize), String(receivedBytes))
+  }
+  if (job.expectedSha256 != null && sha256 !== job.expectedSha256) {
+    await discardPart(job)
+    throw new IntegrityError(destination, 'sha256', job.expectedSha256, sha256)
+  }
+  const file = await open(job.partPath, 'r+')
+  try {
+    await file.sync() // the bytes reach the disk before the name says the file is complete
+  } finally {
+    await file.close()
+  }
+  await rename(job.partPath, destination)
+  if (process.platform !== 'win32') await syncDirectory(dirname(destination)) // and the rename itself survives a crash
+  job.progress.finish(receivedBytes)
+  return { path: destination, sha256, sizeBytes: receivedBytes }
+}
+
+/** The size and hash of a .part left by an earlier call, or an empty one. */
+async function readPart (partPath: string, signal: AbortSignal | undefined): Promise<Part> {
+  const hash = createHash('sha256')
+  try {
+    await stat(partPath)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { hash, receivedBytes: 0 } // nothing to resume
+    throw err
+  }
+  let receivedBytes = 0
+  for await (const chunk of createReadStream(partPath, { signal })) {
+    hash.update(chunk as Buffer)
+    receivedBytes += (chunk as Buffer).length
+  }
+  return { hash, receivedBytes }
+}
+
+async function restartPart (job: Job): Promise<void> {
+  await rm(job.partPath, { force: true })
+  job.part = { hash: createHash('sha256'), receivedBytes: 0 }
+}
+
+async function discardPart (job: Job): Promise<void> {
+  await rm(job.partPath, { force: true })
+}
+
+/** Adopts or checks what the server says of the file (the hub's X-Linked-* describe the LFS object, the CDN's
+ * headers do not), and refuses one that cannot be right before spending bandwidth on it. */
+async function checkAnnounced (job: Job, announced: Linked, response: Response): Promise<void> {
+  const fail = async (err: Error): Promise<never> => {
+    await response.body?.cancel()
+    await discardPart(job)
+    throw err
+  }
+  if (announced.sha256 != null) {
+    job.expectedSha256 ??= announced.sha256
+    if (job.expectedSha256 !== announced.sha256) {
+      await fail(new IntegrityError(job.url, 'sha256', job.expectedSha256, `${announced.sha256} (announced by the server)`))
+    }
+  }
+  if (announced.sizeBytes != null && job.expectedSize != null && announced.sizeBytes !== job.expectedSize) {
+    await fail(new IntegrityError(job.url, 'size', String(job.expectedSize), `${announced.sizeBytes} (announced by the server)`))
+  }
+  await checkDeclaredSize(job, announced.sizeBytes, response)
+}
+
+/** Refuses a file larger than the budget before spending bandwidth on it. */
+async function checkDeclaredSize (job: Job, sizeBytes: number | null, response?: Response): Promise<void> {
+  const size = Math.max(sizeBytes ?? 0, job.part.receivedBytes)
+  if (job.maxBytes == null || size <= job.maxBytes) return
+  await response?.body?.cancel()
+  await discardPart(job)
+  throw new DownloadTooLargeError(job.url, size, job.maxBytes, 'declared')
+}
+
+function readLinked (headers: Headers): Linked {
+  // The hub quotes the etag; only a sha256 (an LFS object) identifies the bytes, a git blob id does not
+  const etag = headers.get('x-linked-etag')?.replace(/^W\//, '').replaceAll('"', '').toLowerCase() ?? null
+  const size = headers.get('x-linked-size')
+  return {
+    sha256: etag != null && SHA256_HEX.test(etag) ? etag : null,
+    sizeBytes: size != null && /^\d+$/.test(size) ? Number(size) : null
+  }
+}
+
+function contentLength (response: Response): number | null {
+  const value = response.headers.get('content-length')
+  return value != null && /^\d+$/.test(value) ? Number(value) : null
+}
+
+// `bytes 100-199/1000`, or `bytes */1000` on a 416; a `*` total is unknown
+function parseContentRange (header: string | null): { start: number | null, totalBytes: number | null } | null {
+  const match = header == null ? null : /^bytes (?:(\d+)-\d+|\*)\/(\d+|\*)$/.exec(header.trim())
+  if (match == null) return null
+  return {
+    start: match[1] == null ? null : Number(match[1]),
+    totalBytes: match[2] === '*' ? null : Number(match[2])
+  }
+}
+
+/** Retry-After in seconds or as an HTTP date (RFC 9110 §10.2.3). */
+function parseRetryAfter (header: string | null): number | null {
+  if (header == null) return null
+  if (/^\d+$/.test(header.trim())) return Number(header.trim()) * 1000
+  const at = Date.parse(header)
+  return Number.isNaN(at) ? null : Math.max(0, at - Date.now())
+}
+
+async function errorText (response: Response): Promise<string> {
+  // The hub explains refusals in JSON ({"error": "..."}): worth passing on, but never a whole HTML page
+  let text: string
+  try {
+    text = await response.text()
+  } catch (err) {
+    return `unreadable body: ${describe(err)}`
+  }
+  try {
+    const body: unknown = JSON.parse(text)
+    if (typeof body === 'object' && body != null && 'error' in body && typeof body.error === 'string') return body.error
+  } catch (err) {
+    if (!(err instanceof SyntaxError)) throw err // not JSON: fall through to the raw text
+  }
+  return text.slice(0, 200) || 'no details'
+}
+
+async function pause (ms: number, signal: AbortSignal | undefined): Promise<void> {
+  try {
+    await sleep(ms, undefined, { signal })
+  } catch (err) {
+    if (signal?.aborted === true) throw signal.reason // timers reject with their own AbortError, not the reason
+    throw err
+  }
+}
+
+async function syncDirectory (dir: string): Promise<void> {
+  const handle = await open(dir, 'r')
+  try {
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+}
+
+function describe (err: unknown): string {
+  if (!(err instanceof Error)) return String(err)
+  // undici hides the socket's story in the cause: "fetch failed" / "terminated" alone says little
+  return err.cause instanceof Error ? `${err.message} (${err.cause.message})` : err.message
+}
+
+/** Calls onProgress at most every PROGRESS_INTERVAL_MS, and once more at the end. */
+class ProgressReporter {
+  private readonly onProgress: ((progress: DownloadProgress) => void) | undefined
+  private samples: Array<{ atMs: number, bytes: number }> = []
+  private lastEmitMs = -Infinity
+  private totalBytes: number | null = null
+
+  constructor (onProgress: ((progress: DownloadProgress) => void) | undefined) {
+    this.onProgress = onProgress
+  }
+
+  /** A new response starts: bytes already held (or lost to a restart) are not part of the rate. */
+  begin (bytes: number): void {
+    this.samples = [{ atMs: performance.now(), bytes }]
+  }
+
+  update (bytes: number, totalBytes: number | null): void {
+    const now = performance.now()
+    this.totalBytes = totalBytes
+    this.samples.push({ atMs: now, bytes })
+    // Keep one sample older than the window as the baseline, so the rate spans the whole window
+    while (this.samples.length > 2 && this.samples[1].atMs < now - RATE_WINDOW_MS) this.samples.shift()
+    if (now - this.lastEmitMs < PROGRESS_INTERVAL_MS) return
+    this.lastEmitMs = now
+    this.emit(bytes, totalBytes)
+  }
+
+  finish (bytes: number): void {
+    this.emit(bytes, bytes)
+  }
+
+  private emit (bytes: number, totalBytes: number | null): void {
+    if (this.onProgress == null) return
+    const first = this.samples[0]
+    const last = this.samples[this.samples.length - 1]
+    const seconds = first == null || last == null ? 0 : (last.atMs - first.atMs) / 1000
+    const bytesPerSecond = seconds > 0 ? (last.bytes - first.bytes) / seconds : 0
+    const total = totalBytes ?? this.totalBytes
+    const etaSeconds = total == null ? null : bytes >= total ? 0 : bytesPerSecond > 0 ? (total - bytes) / bytesPerSecond : null
+    this.onProgress({ receivedBytes: bytes, totalBytes: total, bytesPerSecond, etaSeconds })
+  }
+}
