@@ -1,0 +1,163 @@
+import type { Stream } from '@libp2p/interface'
+// libp2p v3 streams are event-based message streams (`send`, 'message' events), no longer it-stream-types duplexes
+// with `sink`/`source`. it-length-prefixed-stream 3.x still calls `duplex.sink()` and fails on them, so we use the
+// v3-native lpStream of @libp2p/utils, which libp2p's own protocols (identify, relay) use.
+import { lpStream, type LengthPrefixedStream } from '@libp2p/utils'
+import { z } from 'zod'
+import { verifySignature, type NodeIdentity } from '../identity/index.ts'
+import { canonicalJson } from './canonical-json.ts'
+import { ProtocolError } from './errors.ts'
+
+/** Default largest frame: a long prompt fits, a memory attack does not. Protocols pick their own. */
+export const DEFAULT_MAX_FRAME_BYTES = 256 * 1024
+/** Default deadline for one frame to arrive. */
+export const DEFAULT_READ_TIMEOUT_MS = 10_000
+// @libp2p/utils buffers what the peer sends until we read it and aborts the stream past this size (its default is
+// 4 MiB); it must hold at least one whole frame, plus what a fast sender pushes while we handle the previous one.
+const MIN_READ_BUFFER_BYTES = 4 * 1024 * 1024
+
+/** Hex of a 32-byte Ed25519 public key (CONTRACT §6). */
+export const NodeID = z.string().regex(/^[0-9a-f]{64}$/, 'expected a nodeID: 64 lowercase hex characters')
+
+/** One stream, framed: every message is a varint length prefix and that many bytes of UTF-8 JSON. */
+export interface FrameStream {
+  readonly stream: Stream
+  /** Largest frame read or written on this stream. */
+  readonly maxFrameBytes: number
+  readonly lp: LengthPrefixedStream<Stream>
+}
+
+export interface FrameStreamOptions {
+  /** Largest frame accepted; a longer length prefix is refused before its body is buffered. @default 256 KiB */
+  maxFrameBytes?: number
+}
+
+export function openFrames (stream: Stream, options: FrameStreamOptions = {}): FrameStream {
+  const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+  const lp = lpStream(stream, { maxDataLength: maxFrameBytes, maxBufferSize: Math.max(MIN_READ_BUFFER_BYTES, 2 * maxFrameBytes + 16) })
+  return { stream, maxFrameBytes, lp }
+}
+
+export interface ReadMessageOptions {
+  /** Deadline for this frame to arrive; null waits for as long as `signal` allows. @default 10_000 */
+  timeoutMs?: number | null
+  /** Cancels the read; its reason is thrown as is (a cancel is not a protocol error). */
+  signal?: AbortSignal
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
+/**
+ * Reads one frame and returns it parsed and checked against `schema`. Throws `ProtocolError` for an oversized,
+ * malformed, invalid, late or missing frame; after any throw the stream's framing is undefined, so abort it.
+ * A reset by the peer is rethrown as libp2p reports it.
+ */
+export async function readMessage<S extends z.ZodType> (frames: FrameStream, schema: S, options: ReadMessageOptions = {}): Promise<z.output<S>> {
+  const timeoutMs = options.timeoutMs === undefined ? DEFAULT_READ_TIMEOUT_MS : options.timeoutMs
+  const deadline = timeoutMs == null ? null : AbortSignal.timeout(timeoutMs)
+  const signals = [deadline, options.signal].filter((s): s is AbortSignal => s != null)
+  let bytes: Uint8Array
+  try {
+    bytes = (await frames.lp.read({ signal: signals.length > 0 ? AbortSignal.any(signals) : undefined })).subarray()
+  } catch (err) {
+    if (options.signal?.aborted === true) throw options.signal.reason
+    if (deadline?.aborted === true) throw new ProtocolError(`No frame within ${timeoutMs} ms`, 'timeout', { cause: err })
+    throw fromFramingError(err, frames.maxFrameBytes)
+  }
+  let value: unknown
+  try {
+    value = JSON.parse(utf8.decode(bytes))
+  } catch (err) {
+    // The expected failures here: invalid UTF-8 (TypeError from the fatal decoder) or invalid JSON (SyntaxError).
+    throw new ProtocolError(`Frame is not UTF-8 JSON (${bytes.byteLength} bytes)`, 'malformed', { cause: err })
+  }
+  return parseWith(schema, value, 'Frame')
+}
+
+export interface WriteMessageOptions {
+  signal?: AbortSignal
+  /** Refuse to send a frame above this size; the peer would refuse it anyway. @default frames.maxFrameBytes */
+  maxFrameBytes?: number
+}
+
+/** Writes one JSON frame, waiting while the stream applies backpressure. */
+export async function writeMessage (frames: FrameStream, value: unknown, options: WriteMessageOptions = {}): Promise<void> {
+  const bytes = new TextEncoder().encode(JSON.stringify(value))
+  const max = options.maxFrameBytes ?? frames.maxFrameBytes
+  if (bytes.byteLength > max) throw new ProtocolError(`Frame of ${bytes.byteLength} bytes exceeds the limit of ${max}`, 'too_large')
+  await frames.lp.write(bytes, { signal: options.signal })
+}
+
+function fromFramingError (err: unknown, maxFrameBytes: number): unknown {
+  const name = err instanceof Error ? err.name : ''
+  // Matched by name: @libp2p/utils may exist in more than one copy, so instanceof is not reliable.
+  if (name === 'InvalidDataLengthError' || name === 'InvalidDataLengthLengthError' || name === 'StreamBufferError') {
+    return new ProtocolError(`Frame exceeds the limit of ${maxFrameBytes} bytes`, 'too_large', { cause: err })
+  }
+  if (name === 'InvalidMessageLengthError') return new ProtocolError('Invalid frame length prefix', 'malformed', { cause: err })
+  if (name === 'UnexpectedEOFError') return new ProtocolError('Stream ended before a complete frame', 'eof', { cause: err })
+  return err
+}
+
+function parseWith<S extends z.ZodType> (schema: S, value: unknown, what: string): z.output<S> {
+  const result = schema.safeParse(value)
+  if (result.success) return result.data
+  const issue = result.error.issues[0]
+  const where = issue == null || issue.path.length === 0 ? '' : ` at ${issue.path.join('.')}`
+  throw new ProtocolError(`${what} does not match its schema${where}: ${issue?.message ?? 'invalid'}`, 'invalid', { cause: result.error })
+}
+
+/** A body signed by a node key. The signature covers `canonicalJson({ body, domain })`, never the frame's bytes. */
+export interface SignedEnvelope<T = unknown> {
+  body: T
+  /** nodeID of the signing key. */
+  signer: string
+  /** Base64 Ed25519 signature. */
+  signature: string
+}
+
+export const SignedEnvelope = z.object({
+  body: z.unknown(),
+  signer: NodeID,
+  signature: z.string().regex(/^[A-Za-z0-9+/]{86}==$/, 'expected a base64 Ed25519 signature')
+})
+
+export interface EnvelopeOptions {
+  /**
+   * What the signature is for, normally the protocol id. It is signed with the body, so a signature made for one
+   * protocol can never be replayed as a message of another whose body happens to have the same shape.
+   */
+  domain: string
+}
+
+function signingInput (body: unknown, domain: string): Uint8Array {
+  return new TextEncoder().encode(canonicalJson({ body, domain }))
+}
+
+export function signEnvelope<T> (identity: NodeIdentity, body: T, options: EnvelopeOptions): SignedEnvelope<T> {
+  return {
+    body,
+    signer: identity.nodeID,
+    signature: Buffer.from(identity.sign(signingInput(body, options.domain))).toString('base64')
+  }
+}
+
+export interface OpenEnvelopeOptions extends EnvelopeOptions {
+  /** The nodeID that must have signed, e.g. the connection's remote peer; any valid signer if omitted. */
+  expectedSigner?: string
+}
+
+/**
+ * Checks an envelope's shape, its signer, its signature, then its body against `schema`, in that order, and returns
+ * the body. Throws `ProtocolError` (`invalid`, `wrong_signer`, `bad_signature`) otherwise.
+ */
+export function openEnvelope<S extends z.ZodType> (envelope: unknown, schema: S, options: OpenEnvelopeOptions): z.output<S> {
+  const { body, signer, signature } = parseWith(SignedEnvelope, envelope, 'Envelope')
+  if (options.expectedSigner != null && signer !== options.expectedSigner) {
+    throw new ProtocolError(`Envelope signed by ${signer}, expected ${options.expectedSigner}`, 'wrong_signer')
+  }
+  if (!verifySignature(signer, signingInput(body, options.domain), Buffer.from(signature, 'base64'))) {
+    throw new ProtocolError(`Envelope signature by ${signer} does not verify`, 'bad_signature')
+  }
+  return parseWith(schema, body, 'Envelope body')
+}

@@ -1,0 +1,181 @@
+import { isIP } from 'node:net'
+import { noise } from '@chainsafe/libp2p-noise'
+import { yamux } from '@chainsafe/libp2p-yamux'
+import { circuitRelayServer, type CircuitRelayService } from '@libp2p/circuit-relay-v2'
+import { identify, type Identify } from '@libp2p/identify'
+import type { PeerId } from '@libp2p/interface'
+import { peerIdFromString } from '@libp2p/peer-id'
+import { ping, type Ping } from '@libp2p/ping'
+import { tcp } from '@libp2p/tcp'
+import { webSockets } from '@libp2p/websockets'
+import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
+import { createLibp2p, type Libp2p } from 'libp2p'
+import { pino, type Logger } from 'pino'
+import { InvalidInputError } from '../errors.ts'
+import { generateSeed, identityFromSeed } from '../identity/index.ts'
+import { RelayDirectory, handleDirectory } from './directory.ts'
+import { peerIdToNodeID, privateKeyFromIdentity } from './libp2p-node.ts'
+
+/**
+ * Limits on each relayed connection. libp2p's defaults (128 KiB, 2 min) exist for hole punching only and would cut a
+ * streamed answer mid-sentence, and then the reader sees what looks like an orderly end of stream.
+ */
+export interface RelayLimits {
+  /** Bytes, both directions together, one relayed connection may carry before the relay resets it. */
+  dataBytes: bigint
+  /** How long one relayed connection may stay open. (libp2p's server applies this in ms, and sends the number as is
+   *  in the protocol's "seconds" field; js-libp2p clients only display it.) */
+  durationMs: number
+}
+/** Nodes holding a reservation at once (libp2p's default is 15). */
+export const RELAY_MAX_RESERVATIONS = 1024
+/** New connections per second from one IP before the relay refuses more (libp2p's default is 5; nodes behind one NAT,
+ *  or on one test machine, share an IP and reconnect together after a relay restart). */
+export const RELAY_INBOUND_CONNECTIONS_PER_SECOND = 32
+
+export interface RelayOptions {
+  /** WebSocket port; 0 picks a free one. */
+  port: number
+  /** Address to listen on. @default '127.0.0.1' */
+  host?: string
+  /** Also listen for TCP on this port (0 picks one). @default null: WebSocket only */
+  tcpPort?: number | null
+  /** The relay's key seed: the same seed gives the same peer id across restarts. @default a new key per start */
+  seed?: Uint8Array
+  /** Multiaddrs to announce instead of the listen addresses (a public address in front of a private listener). */
+  announce?: string[]
+  /**
+   * Limits per relayed connection; null for none. None is the default because the relay is the data path for peers
+   * behind NAT: libp2p marks a connection with any limit as "limited", only protocols registered with
+   * `runOnLimitedConnection` may use it, `dialProtocol(peerId)` never reuses it (it dials a new one each time), and a
+   * duration limit would cut a long-lived peer connection mid-answer. Reservations still expire unless renewed.
+   * @default null
+   */
+  limits?: RelayLimits | null
+  /** Registration lifetime without renewal. @default 90_000 */
+  recordTtlMs?: number
+  log?: Logger
+}
+
+export interface RunningRelay {
+  readonly peerId: PeerId
+  readonly multiaddrs: Multiaddr[]
+  /** The `wan_relay_url` nodes configure: `ws://host:port` (with the listen host; behind NAT, use the public one). */
+  readonly url: string
+  readonly directory: RelayDirectory
+  stop (): Promise<void>
+}
+
+interface RelayServices extends Record<string, unknown> {
+  identify: Identify
+  ping: Ping
+  relay: CircuitRelayService
+}
+
+/** Starts `meshnode relay`: a circuit relay with lifted limits, and the node directory. */
+export async function startRelay (options: RelayOptions): Promise<RunningRelay> {
+  const log = options.log ?? pino({ level: 'silent' })
+  const host = options.host ?? '127.0.0.1'
+  const ip = ipProtocol(host)
+  const listen = [`/${ip}/${host}/tcp/${options.port}/ws`]
+  if (options.tcpPort != null) listen.push(`/${ip}/${host}/tcp/${options.tcpPort}`)
+  const identity = identityFromSeed(options.seed ?? generateSeed())
+  const limits = options.limits ?? null
+  const node: Libp2p<RelayServices> = await createLibp2p<RelayServices>({
+    privateKey: privateKeyFromIdentity(identity),
+    addresses: { listen, announce: options.announce },
+    transports: [webSockets(), tcp()],
+    connectionEncrypters: [noise()],
+    streamMuxers: [yamux()],
+    connectionManager: { inboundConnectionThreshold: RELAY_INBOUND_CONNECTIONS_PER_SECOND },
+    services: {
+      identify: identify(),
+      ping: ping(),
+      relay: circuitRelayServer({
+        reservations: limits == null
+          ? { maxReservations: RELAY_MAX_RESERVATIONS, applyDefaultLimit: false }
+          : { maxReservations: RELAY_MAX_RESERVATIONS, applyDefaultLimit: true, defaultDataLimit: limits.dataBytes, defaultDurationLimit: limits.durationMs }
+      })
+    }
+  })
+  try {
+    const directory = new RelayDirectory(
+      { isConnected: (peer) => node.getConnections(peer).length > 0 },
+      { recordTtlMs: options.recordTtlMs }
+    )
+    await handleDirectory(node, { directory, log })
+    // Port 0 picked a free port, which only the bound address tells (announce addresses are not used with port 0).
+    const wsAddr = node.getMultiaddrs().find(ma => ma.getComponents().some(c => c.name === 'ws'))
+    const port = options.port !== 0 ? String(options.port) : wsAddr?.getComponents().find(c => c.name === 'tcp')?.value ?? '0'
+    const url = `ws://${ip === 'ip6' ? `[${host}]` : host}:${port}`
+    log.info({ peerId: node.peerId.toString(), nodeID: peerIdToNodeID(node.peerId), url, addrs: node.getMultiaddrs().map(String) }, 'relay listening')
+    return {
+      peerId: node.peerId,
+      multiaddrs: node.getMultiaddrs(),
+      url,
+      directory,
+      stop: async () => { await node.stop() }
+    }
+  } catch (err) {
+    await node.stop()
+    throw err
+  }
+}
+
+function ipProtocol (host: string): 'ip4' | 'ip6' {
+  const version = isIP(host)
+  if (version === 4) return 'ip4'
+  if (version === 6) return 'ip6'
+  throw new InvalidInputError(`Relay host must be an IP address, got ${JSON.stringify(host)}`, 'host')
+}
+
+/**
+ * The multiaddr to dial for a `wan_relay_url` (CONTRACT §6): `ws://host:port`, `wss://host:port`, or a multiaddr.
+ * A ws URL carries no peer id; then the result has none unless `relayPeerId` is given, and dialing it authenticates
+ * whichever relay answers (noise proves its key, and the dialer learns its id from the connection). That is enough
+ * for a rendezvous that is trusted with nothing: every directory record is signed by its own node.
+ */
+export function relayMultiaddrFromUrl (url: string, relayPeerId?: PeerId | string): Multiaddr {
+  const trimmed = url.trim()
+  let ma: Multiaddr
+  if (trimmed.startsWith('/')) {
+    try {
+      ma = multiaddr(trimmed)
+    } catch (err) {
+      throw new InvalidInputError(`wan_relay_url ${JSON.stringify(url)} is not a valid multiaddr`, 'wan_relay_url')
+    }
+  } else {
+    let parsed: URL
+    try {
+      parsed = new URL(trimmed)
+    } catch (err) {
+      throw new InvalidInputError(`wan_relay_url ${JSON.stringify(url)} is neither a ws:// URL nor a multiaddr`, 'wan_relay_url')
+    }
+    if (parsed.protocol !== 'ws:' && parsed.protocol !== 'wss:') {
+      throw new InvalidInputError(`wan_relay_url must use ws:// or wss://, got ${parsed.protocol}`, 'wan_relay_url')
+    }
+    if (parsed.pathname !== '/' && parsed.pathname !== '') {
+      throw new InvalidInputError('wan_relay_url must not have a path: the relay listens at the root', 'wan_relay_url')
+    }
+    const hostname = parsed.hostname.replace(/^\[(.*)\]$/, '$1')
+    const version = isIP(hostname)
+    const hostPart = version === 4 ? `/ip4/${hostname}` : version === 6 ? `/ip6/${hostname}` : `/dns/${hostname}`
+    const port = parsed.port !== '' ? parsed.port : parsed.protocol === 'wss:' ? '443' : '80'
+    ma = multiaddr(`${hostPart}/tcp/${port}/${parsed.protocol === 'wss:' ? 'tls/ws' : 'ws'}`)
+  }
+  const named = lastPeerId(ma)
+  if (relayPeerId == null) return ma
+  const wanted = typeof relayPeerId === 'string' ? peerIdFromString(relayPeerId) : relayPeerId
+  if (named != null) {
+    if (named !== wanted.toString()) throw new InvalidInputError(`wan_relay_url names relay ${named}, not ${wanted.toString()}`, 'wan_relay_url')
+    return ma
+  }
+  return ma.encapsulate(`/p2p/${wanted.toString()}`)
+}
+
+/** The peer id a multiaddr ends with (`/p2p/<id>`), if any. */
+export function lastPeerId (ma: Multiaddr): string | null {
+  const components = ma.getComponents()
+  const last = components[components.length - 1]
+  return last?.name === 'p2p' && last.value != null ? last.value : null
+}

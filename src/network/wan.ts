@@ -1,0 +1,346 @@
+import { EventEmitter } from 'node:events'
+import { setTimeout as delay } from 'node:timers/promises'
+import type { PeerId } from '@libp2p/interface'
+import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
+import type { Libp2p } from 'libp2p'
+import type { Logger } from 'pino'
+import type { NodeIdentity } from '../identity/index.ts'
+import { MAX_ADDR_CHARS, MAX_RECORD_ADDRS, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
+import { nodeIDToPeerId } from './libp2p-node.ts'
+import { lastPeerId, relayMultiaddrFromUrl } from './relay.ts'
+
+export interface WanClientDeps {
+  /** Built by `createPeerHost` with `relayUrl` set, so that it takes a reservation on the relay. */
+  host: Libp2p
+  identity: NodeIdentity
+  log: Logger
+}
+
+export interface WanClientOptions {
+  /** `wan_relay_url` (CONTRACT §6): `ws://host:port` or a multiaddr, with or without `/p2p/<relay>`. */
+  relayUrl: string
+  /** Re-register and re-list this often while connected (a record lives 90 s at the relay). @default 30_000 */
+  syncIntervalMs?: number
+  /** First re-list after (re)connecting, doubling up to `syncIntervalMs`: after a relay restart the others
+   *  re-register within seconds, and we should not wait a full interval to see them. @default 1_000 */
+  fastSyncMs?: number
+  /** Reconnect backoff, doubling from min to max, with jitter. @default 500 */
+  minBackoffMs?: number
+  /** @default 30_000 */
+  maxBackoffMs?: number
+  /** How long to wait for the relay reservation before registering direct addresses only. @default 10_000 */
+  reservationTimeoutMs?: number
+  /** Deadline of one dial (the relay, or one group of a peer's addresses). @default 10_000 */
+  dialTimeoutMs?: number
+}
+
+/** A peer found through the relay that we hold a connection to. */
+export interface WanPeer {
+  readonly nodeID: string
+  readonly peerId: PeerId
+  /** The addresses of its latest directory record. */
+  addrs: string[]
+  /** Unix ms of the latest listing that named it. */
+  lastSeen: number
+}
+
+export interface WanClientEvents {
+  /** A peer listed by the relay is now connected (directly if it could be dialed, otherwise through the relay). */
+  'peer:discovered': [nodeID: string, addrs: string[]]
+  /** A discovered peer has no connection left and could not be redialed, or is no longer listed. */
+  'peer:lost': [nodeID: string]
+  'relay:connected': [relayPeerId: string]
+  'relay:disconnected': [relayPeerId: string]
+}
+
+/**
+ * WAN presence through a meshnode relay: connect to it (reconnecting with capped exponential backoff), hold a
+ * reservation so relayed peers can reach us, keep our signed record in its directory, and connect to the peers it
+ * lists, directly first and through the relay otherwise. A restarted relay starts with an empty directory; the
+ * fast re-sync after reconnecting fills it again.
+ */
+export class WanClient extends EventEmitter<WanClientEvents> {
+  readonly #host: Libp2p
+  readonly #identity: NodeIdentity
+  readonly #log: Logger
+  readonly #relayAddr: Multiaddr
+  readonly #syncIntervalMs: number
+  readonly #fastSyncMs: number
+  readonly #minBackoffMs: number
+  readonly #maxBackoffMs: number
+  readonly #reservationTimeoutMs: number
+  readonly #dialTimeoutMs: number
+  readonly #peers = new Map<string, WanPeer>()
+  #relayPeer: PeerId | null = null
+  #relayConnected = false
+  #shutdown: AbortController | null = null
+  #running: Promise<void> | null = null
+
+  constructor (deps: WanClientDeps, options: WanClientOptions) {
+    super()
+    this.#host = deps.host
+    this.#identity = deps.identity
+    this.#log = deps.log
+    this.#relayAddr = relayMultiaddrFromUrl(options.relayUrl)   // a bad URL fails here, at configuration time
+    this.#syncIntervalMs = options.syncIntervalMs ?? 30_000
+    this.#fastSyncMs = Math.min(options.fastSyncMs ?? 1_000, this.#syncIntervalMs)
+    this.#minBackoffMs = options.minBackoffMs ?? 500
+    this.#maxBackoffMs = Math.max(options.maxBackoffMs ?? 30_000, this.#minBackoffMs)
+    this.#reservationTimeoutMs = options.reservationTimeoutMs ?? 10_000
+    this.#dialTimeoutMs = options.dialTimeoutMs ?? 10_000
+  }
+
+  /** The relay's peer id, once connected: learned from the connection when the URL does not name it. */
+  get relayPeerId (): PeerId | null {
+    return this.#relayPeer
+  }
+
+  get relayConnected (): boolean {
+    return this.#relayConnected
+  }
+
+  /** The peers found through the relay and currently connected. */
+  peers (): WanPeer[] {
+    return [...this.#peers.values()].map(peer => ({ ...peer, addrs: [...peer.addrs] }))
+  }
+
+  /** Starts the background loop and returns at once; the relay may be down, the loop keeps trying. */
+  async start (): Promise<void> {
+    if (this.#running != null) return
+    const shutdown = new AbortController()
+    this.#shutdown = shutdown
+    this.#host.addEventListener('peer:disconnect', this.#onPeerDisconnect)
+    this.#running = this.#run(shutdown.signal)
+  }
+
+  /** Stops the loop, waits for it, and leaves the relay (our record goes with the connection). */
+  async stop (): Promise<void> {
+    if (this.#running == null || this.#shutdown == null) return
+    this.#shutdown.abort()
+    await this.#running
+    this.#host.removeEventListener('peer:disconnect', this.#onPeerDisconnect)
+    this.#running = null
+    this.#shutdown = null
+    const relay = this.#relayPeer
+    try {
+      if (relay != null && this.#isConnectedTo(relay)) await this.#host.hangUp(relay, { signal: AbortSignal.timeout(this.#dialTimeoutMs) })
+    } finally {
+      this.#relayConnected = false
+      this.#peers.clear()
+    }
+  }
+
+  /** A peer is lost as soon as its last connection closes (a relayed one dies with the relay); the next sync
+   *  redials it if it is still listed, and it is discovered again. */
+  readonly #onPeerDisconnect = (evt: CustomEvent<PeerId>): void => {
+    const nodeID = [...this.#peers.values()].find(peer => peer.peerId.equals(evt.detail))?.nodeID
+    if (nodeID == null || this.#isConnectedTo(evt.detail)) return
+    this.#peers.delete(nodeID)
+    this.#log.info({ nodeID }, 'WAN peer lost')
+    this.#emitSafely('peer:lost', nodeID)
+  }
+
+  async #run (signal: AbortSignal): Promise<void> {
+    let failures = 0
+    while (!signal.aborted) {
+      try {
+        const relay = await this.#connectRelay(signal)
+        await this.#waitForReservation(relay, signal)
+        let nextSyncMs = this.#fastSyncMs
+        while (!signal.aborted && this.#isConnectedTo(relay)) {
+          await this.#sync(relay, signal)
+          failures = 0
+          await this.#nextRound(relay, nextSyncMs, signal)
+          nextSyncMs = Math.min(nextSyncMs * 2, this.#syncIntervalMs)
+        }
+        if (!signal.aborted) this.#relayGone(relay)
+      } catch (err) {
+        if (signal.aborted) break
+        failures++
+        const retryInMs = this.#backoffMs(failures)
+        this.#log.warn({ err, retryInMs, relay: this.#relayAddr.toString() }, 'relay unreachable or directory sync failed; retrying')
+        if (this.#relayPeer != null && !this.#isConnectedTo(this.#relayPeer)) this.#relayGone(this.#relayPeer)
+        await this.#sleep(retryInMs, signal)
+      }
+    }
+  }
+
+  #backoffMs (failures: number): number {
+    const capped = Math.min(this.#maxBackoffMs, this.#minBackoffMs * 2 ** Math.min(failures - 1, 30))
+    return Math.round(capped * (0.75 + Math.random() * 0.5))   // jitter: nodes that lost the relay together spread out
+  }
+
+  async #connectRelay (signal: AbortSignal): Promise<PeerId> {
+    if (this.#relayPeer != null && this.#isConnectedTo(this.#relayPeer)) {
+      this.#relayUp(this.#relayPeer)
+      return this.#relayPeer
+    }
+    const connection = await this.#host.dial(this.#relayAddr, { signal: AbortSignal.any([signal, AbortSignal.timeout(this.#dialTimeoutMs)]) })
+    const relay = connection.remotePeer
+    if (this.#relayPeer != null && !this.#relayPeer.equals(relay)) {
+      this.#log.warn({ previous: this.#relayPeer.toString(), current: relay.toString() }, 'relay answers with a new peer id')
+    }
+    this.#relayPeer = relay
+    this.#relayUp(relay)
+    return relay
+  }
+
+  #relayUp (relay: PeerId): void {
+    if (this.#relayConnected) return
+    this.#relayConnected = true
+    this.#log.info({ relay: relay.toString() }, 'connected to relay')
+    this.#emitSafely('relay:connected', relay.toString())
+  }
+
+  #relayGone (relay: PeerId): void {
+    if (!this.#relayConnected) return
+    this.#relayConnected = false
+    this.#log.info({ relay: relay.toString() }, 'relay connection lost')
+    this.#emitSafely('relay:disconnected', relay.toString())
+  }
+
+  #isConnectedTo (peer: PeerId): boolean {
+    return this.#host.getConnections(peer).some(connection => connection.status === 'open')
+  }
+
+  #hasReservation (relay: PeerId): boolean {
+    const via = `/p2p/${relay.toString()}/p2p-circuit`
+    return this.#host.getMultiaddrs().some(ma => ma.toString().includes(via))
+  }
+
+  /**
+   * The circuit transport reserves a slot once identify has told it the relay speaks the hop protocol, and its
+   * listener then emits 'transport:listening'. ('self:peer:update' is no signal for this: libp2p debounces it by a
+   * second and skips it when an address it knew before, such as the same circuit address after a relay restart,
+   * comes back.)
+   */
+  async #waitForReservation (relay: PeerId, signal: AbortSignal): Promise<void> {
+    const deadline = AbortSignal.any([signal, AbortSignal.timeout(this.#reservationTimeoutMs)])
+    while (!this.#hasReservation(relay) && this.#isConnectedTo(relay)) {
+      if (deadline.aborted) {
+        signal.throwIfAborted()
+        // Registering direct addresses still lets dialable peers find us; the record is renewed when addresses change.
+        this.#log.warn({ relay: relay.toString() }, 'no relay reservation yet; registering direct addresses only')
+        return
+      }
+      await this.#wake(['transport:listening', 'peer:disconnect'], deadline, relay)
+    }
+  }
+
+  /** Waits for the next sync: its interval, a change of our addresses (a new reservation), or the relay leaving. */
+  async #nextRound (relay: PeerId, ms: number, signal: AbortSignal): Promise<void> {
+    const timer = AbortSignal.timeout(ms)
+    await this.#wake(['transport:listening', 'self:peer:update', 'peer:disconnect'], AbortSignal.any([signal, timer]), relay)
+  }
+
+  /** Resolves when the host emits one of `events` (a `peer:disconnect` only for `peer`, if given) or `until` aborts. */
+  async #wake (events: Array<'transport:listening' | 'self:peer:update' | 'peer:disconnect'>, until: AbortSignal, peer?: PeerId): Promise<void> {
+    if (until.aborted) return
+    const { promise, resolve } = Promise.withResolvers<void>()
+    const onEvent = (evt: Event): void => {
+      if (evt.type === 'peer:disconnect' && peer != null && !(evt as CustomEvent<PeerId>).detail.equals(peer)) return
+      resolve()
+    }
+    for (const type of events) this.#host.addEventListener(type, onEvent)
+    until.addEventListener('abort', () => { resolve() }, { once: true })
+    try {
+      await promise
+    } finally {
+      for (const type of events) this.#host.removeEventListener(type, onEvent)
+    }
+  }
+
+  async #sleep (ms: number, signal: AbortSignal): Promise<void> {
+    try {
+      await delay(ms, undefined, { signal, ref: false })
+    } catch (err) {
+      if (!signal.aborted) throw err   // an abort is the expected way out of the wait; the loop checks the signal
+    }
+  }
+
+  /** Our record's addresses: circuit addresses first (reachable from anywhere), then direct ones. */
+  #advertisedAddrs (): string[] {
+    const all = this.#host.getMultiaddrs().map(String).filter(addr => addr.length <= MAX_ADDR_CHARS)
+    const circuit = all.filter(addr => addr.includes('/p2p-circuit'))
+    const direct = all.filter(addr => !addr.includes('/p2p-circuit'))
+    return [...circuit, ...direct].slice(0, MAX_RECORD_ADDRS)
+  }
+
+  async #sync (relay: PeerId, signal: AbortSignal): Promise<void> {
+    await registerInDirectory(this.#host, relay, signDirectoryRecord(this.#identity, this.#advertisedAddrs()), { signal })
+    const listing = await listDirectory(this.#host, relay, { signal })
+    if (listing.rejected > 0) this.#log.warn({ relay: relay.toString(), rejected: listing.rejected }, 'relay listed records that do not verify')
+    const listed = listing.records.filter(record => record.nodeID !== this.#identity.nodeID)
+    const peerIds = new Map(listed.map(record => [record.nodeID, nodeIDToPeerId(record.nodeID)]))
+    await Promise.all(listed.map(async record => { await this.#reach(record, peerIds.get(record.nodeID) as PeerId, signal) }))
+    signal.throwIfAborted()
+
+    const now = Date.now()
+    for (const record of listed) {
+      const peerId = peerIds.get(record.nodeID) as PeerId
+      if (!this.#isConnectedTo(peerId)) continue
+      const known = this.#peers.get(record.nodeID)
+      if (known != null) {
+        known.addrs = record.addrs
+        known.lastSeen = now
+        continue
+      }
+      this.#peers.set(record.nodeID, { nodeID: record.nodeID, peerId, addrs: record.addrs, lastSeen: now })
+      this.#log.info({ nodeID: record.nodeID }, 'WAN peer discovered')
+      this.#emitSafely('peer:discovered', record.nodeID, [...record.addrs])
+    }
+    for (const [nodeID, peer] of this.#peers) {
+      // Still connected (directly, say) keeps a peer even when the relay forgot it, e.g. right after a relay restart.
+      if (this.#isConnectedTo(peer.peerId)) continue
+      this.#peers.delete(nodeID)
+      this.#log.info({ nodeID }, 'WAN peer lost')
+      this.#emitSafely('peer:lost', nodeID)
+    }
+  }
+
+  /** Connects to a listed peer unless already connected: its direct addresses first, then its circuit addresses. */
+  async #reach (record: DirectoryRecord, peerId: PeerId, signal: AbortSignal): Promise<void> {
+    if (this.#isConnectedTo(peerId)) return
+    const addrs = dialableAddrs(record.addrs, peerId)
+    const direct = addrs.filter(ma => !isCircuit(ma))
+    const circuit = addrs.filter(ma => isCircuit(ma))
+    for (const group of [direct, circuit]) {
+      if (group.length === 0) continue
+      try {
+        await this.#host.dial(group, { signal: AbortSignal.any([signal, AbortSignal.timeout(this.#dialTimeoutMs)]) })
+        return
+      } catch (err) {
+        signal.throwIfAborted()
+        // Expected for a peer behind NAT (direct) or one that just left (circuit); the next group or sync retries.
+        this.#log.debug({ err, nodeID: record.nodeID, addrs: group.map(String) }, 'dial to WAN peer failed')
+      }
+    }
+  }
+
+  #emitSafely<K extends keyof WanClientEvents> (event: K, ...args: WanClientEvents[K]): void {
+    try {
+      // The cast: node's typed EventEmitter cannot relate a generic key to its argument tuple.
+      (this.emit as (event: K, ...args: WanClientEvents[K]) => boolean)(event, ...args)
+    } catch (err) {
+      // A listener's failure is the listener's bug; it must not stop our presence on the relay.
+      this.#log.error({ err, event }, 'WanClient event listener threw')
+    }
+  }
+}
+
+function isCircuit (ma: Multiaddr): boolean {
+  return ma.getComponents().some(component => component.name === 'p2p-circuit')
+}
+
+/** Parses a record's addresses for dialing `peerId`, each ending in `/p2p/<peerId>`; any naming another peer is dropped. */
+function dialableAddrs (addrs: string[], peerId: PeerId): Multiaddr[] {
+  const out: Multiaddr[] = []
+  const id = peerId.toString()
+  for (const addr of addrs) {
+    const ma = multiaddr(addr)   // records were schema-checked: every address parses
+    const named = lastPeerId(ma)
+    if (named === id) out.push(ma)
+    else if (named == null) out.push(ma.encapsulate(`/p2p/${id}`))   // e.g. `<relay>/p2p-circuit` without the target
+  }
+  return out
+}
