@@ -1,26 +1,28 @@
-// The inference domain's failures, in our words. Each extends Error for now; the lead re-parents them onto the
-// generic kinds of src/errors.ts (BusyError, UnavailableError, InvalidInputError) so src/http/errors.ts maps them.
+// The inference domain's failures, in our words, each a case of one of the generic kinds in src/errors.ts so that
+// src/http/errors.ts maps them without knowing this domain.
+import { BusyError, ConflictError, InvalidInputError, UnavailableError } from '../errors.ts'
 
 /** Every slot is busy and the wait queue is full; the caller should come back after `retryAfterSeconds`. */
-export class QueueFullError extends Error {
+export class QueueFullError extends BusyError {
   override name = 'QueueFullError'
-  readonly retryAfterSeconds: number
   constructor (queueSize: number, retryAfterSeconds: number) {
-    super(`All inference slots are busy and ${queueSize} requests are already waiting; retry in ${retryAfterSeconds}s`)
-    this.retryAfterSeconds = retryAfterSeconds
+    super(`All inference slots are busy and ${queueSize} requests are already waiting; retry in ${retryAfterSeconds}s`, retryAfterSeconds)
   }
 }
 
 /** No model is loaded (or the one that was loaded went away while the request waited or ran). */
-export class NoModelLoadedError extends Error {
+export class NoModelLoadedError extends UnavailableError {
   override name = 'NoModelLoadedError'
   constructor (message = 'No model is loaded') {
     super(message)
   }
 }
 
-/** A model file could not be opened, parsed or given a context. `cause` holds node-llama-cpp's error. */
-export class ModelLoadError extends Error {
+/**
+ * A model file could not be opened, parsed or given a context: the state of the file does not allow loading it.
+ * `cause` holds node-llama-cpp's error.
+ */
+export class ModelLoadError extends ConflictError {
   override name = 'ModelLoadError'
   readonly modelID: string
   constructor (modelID: string, message: string, options?: { cause?: unknown }) {
@@ -30,11 +32,6 @@ export class ModelLoadError extends Error {
 }
 
 /** A generation request that is well-formed JSON but cannot be served as asked. `param` names the field. */
-export class InvalidGenerationRequestError extends Error {
+export class InvalidGenerationRequestError extends InvalidInputError {
   override name = 'InvalidGenerationRequestError'
-  readonly param: string | null
-  constructor (message: string, param: string | null = null) {
-    super(message)
-    this.param = param
-  }
 }
