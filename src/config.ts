@@ -14,6 +14,10 @@ export interface NodeConfig {
   name: string | null
   /** llama.cpp threads; null derives it from the machine. */
   threads: number | null
+  /** Requests one loaded model serves at once (parallel sequences). */
+  slots: number
+  /** Requests that may wait for a slot before new ones get 429. */
+  queueSize: number
   allowedOrigins: string[]
   allowedHosts: string[]
   logLevel: string
@@ -30,6 +34,8 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     dataDir: defaultDataDir(),
     name: null,
     threads: null,
+    slots: 2,
+    queueSize: 16,
     allowedOrigins: [],
     allowedHosts: [],
     logLevel: process.env.MESHNODE_LOG_LEVEL ?? 'info',

@@ -7,10 +7,12 @@ import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
 import { loadOrCreateIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys } from './keys/index.ts'
+import { LocalEngine, defaultInferenceThreads } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { SettingsStore } from './settings/index.ts'
 import { openDatabase, writeFileAtomic, type Database } from './store/index.ts'
+import { availableParallelism } from 'node:os'
 import { detectHardware } from './system/hardware.ts'
 import { KeepAwake } from './system/keep-awake.ts'
 
@@ -28,6 +30,7 @@ export interface RunningNode {
   readonly url: string
   readonly port: number
   readonly adminToken: string
+  readonly engine: LocalEngine
   /** Stops accepting requests, finishes the ones in flight, stops every part and closes the database. */
   close (): Promise<void>
 }
@@ -51,6 +54,12 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const settings = new SettingsStore({ db })
     const keys = new ApiKeys({ db }, { adminToken })
     const keepAwake = new KeepAwake({ log: log.child({ part: 'keep-awake' }) })
+    const engine = new LocalEngine({ log: log.child({ part: 'engine' }) }, {
+      threads: config.threads ?? defaultInferenceThreads(availableParallelism()),
+      slots: config.slots,
+      queueSize: config.queueSize
+    })
+    cleanups.unshift(() => engine.close())
 
     keepAwake.set(settings.get().keep_awake)
     settings.onChange(({ changed, current }) => {
@@ -98,6 +107,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       url: `http://${urlHost === '0.0.0.0' ? '127.0.0.1' : urlHost}:${port}`,
       port,
       adminToken,
+      engine,
       close: () => (closing ??= runCleanups(cleanups, log))
     }
   } catch (err) {

@@ -1,16 +1,16 @@
 import { randomInt } from 'node:crypto'
 import { stat } from 'node:fs/promises'
 import { availableParallelism } from 'node:os'
-import {
-  LlamaChat, readGgufFileInfo, resolveChatWrapper,
-  type ChatHistoryItem, type ChatWrapper, type GbnfJsonSchema, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaGrammar,
-  type LlamaModel, type LLamaChatGenerateResponseOptions
+import type {
+  LlamaChat,
+  ChatHistoryItem, ChatWrapper, GbnfJsonSchema, Llama, LlamaContext, LlamaContextSequence, LlamaGrammar,
+  LlamaModel, LLamaChatGenerateResponseOptions
 } from 'node-llama-cpp'
 import type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat } from './chat.ts'
 import { ChunkQueue } from './chunk-queue.ts'
 import { InvalidGenerationRequestError, ModelLoadError, NoModelLoadedError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
-import { defaultInferenceThreads, getSharedLlama } from './llama.ts'
+import { defaultInferenceThreads, getSharedLlama, llamaModule } from './llama.ts'
 import { SlotPool } from './slot-pool.ts'
 
 type LogFn = (obj: object, msg?: string) => void
@@ -296,6 +296,7 @@ export class LocalEngine implements ChatEngine {
       contextSize: trainContextLength > 0 ? Math.min(this.contextSize, trainContextLength) : this.contextSize,
       threads: this.threads
     })
+    const { LlamaChat, resolveChatWrapper } = await llamaModule()
     const chatWrapper = resolveChatWrapper(model)
     const slots: Slot[] = []
     for (let i = 0; i < this.slotCount; i++) {
@@ -403,6 +404,7 @@ async function inspectModelFile (modelID: string, path: string): Promise<number>
   }
   try {
     // metadata only; 'filesystem' so a path that looks like a URL is never fetched
+    const { readGgufFileInfo } = await llamaModule()
     await readGgufFileInfo(path, { sourceType: 'filesystem', readTensorInfo: false, logWarnings: false })
   } catch (err) {
     // a wrong magic, an unsupported GGUF version or a truncated header

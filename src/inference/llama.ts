@@ -1,4 +1,17 @@
-import { getLlama, LlamaLogLevel, type Llama } from 'node-llama-cpp'
+import type * as NodeLlamaCpp from 'node-llama-cpp'
+import type { Llama } from 'node-llama-cpp'
+
+type LlamaModule = typeof NodeLlamaCpp
+let module: Promise<LlamaModule> | null = null
+
+/**
+ * node-llama-cpp, imported on first use: the import alone costs ~300 ms and ~60 MB, which a node that serves no
+ * model (or has not loaded one yet) should not pay at start.
+ */
+export async function llamaModule (): Promise<LlamaModule> {
+  module ??= import('node-llama-cpp')
+  return await module
+}
 
 // The one module-level memo STYLE.md §11 allows, and why: node-llama-cpp binds one native llama.cpp backend per
 // process. A second getLlama() would load the addon again with its own thread pool and log hooks, and models and
@@ -18,6 +31,7 @@ export function defaultInferenceThreads (cores: number): number {
  */
 export async function getSharedLlama (threads: number): Promise<Llama> {
   if (shared == null) {
+    const { getLlama, LlamaLogLevel } = await llamaModule()
     shared = getLlama({
       gpu: false,
       build: 'never',
