@@ -18,6 +18,8 @@ export interface NodeConfig {
   slots: number
   /** Requests that may wait for a slot before new ones get 429. */
   queueSize: number
+  /** Context tokens per slot (capped at the model's training context). */
+  contextSize: number
   allowedOrigins: string[]
   allowedHosts: string[]
   logLevel: string
@@ -36,6 +38,7 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     threads: null,
     slots: 2,
     queueSize: 16,
+    contextSize: 4096,
     allowedOrigins: [],
     allowedHosts: [],
     logLevel: process.env.MESHNODE_LOG_LEVEL ?? 'info',

@@ -7,7 +7,7 @@ import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
 import { loadOrCreateIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys } from './keys/index.ts'
-import { LocalEngine, defaultInferenceThreads } from './inference/index.ts'
+import { LocalEngine, LocalRouter, defaultInferenceThreads } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { SettingsStore } from './settings/index.ts'
@@ -57,9 +57,12 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const engine = new LocalEngine({ log: log.child({ part: 'engine' }) }, {
       threads: config.threads ?? defaultInferenceThreads(availableParallelism()),
       slots: config.slots,
-      queueSize: config.queueSize
+      queueSize: config.queueSize,
+      contextSize: config.contextSize
     })
     cleanups.unshift(() => engine.close())
+    // TODO(issue 3): the models domain's one normalised matcher replaces this comparison.
+    const router = new LocalRouter({ engine, sameModel: (a, b) => a.toLowerCase() === b.toLowerCase() })
 
     keepAwake.set(settings.get().keep_awake)
     settings.onChange(({ changed, current }) => {
@@ -77,6 +80,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       settings,
       keys,
       metrics,
+      router,
       health: () => ({ status: 'ok', version: VERSION, nodeID: identity.nodeID, uptimeSeconds: uptimeSeconds() }),
       snapshot: () => ({
         node: { nodeID: identity.nodeID, name, version: VERSION, port, uptimeSeconds: uptimeSeconds() },

@@ -3,6 +3,7 @@ import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
 import swagger from '@fastify/swagger'
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod'
 import type { Logger } from 'pino'
+import type { ChatRouter } from '../inference/index.ts'
 import type { ApiKeys } from '../keys/index.ts'
 import type { MetricsRegistry } from '../metrics/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
@@ -10,6 +11,7 @@ import { errorHandler, notFoundHandler } from './errors.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
 import { apiKeyRoutes } from './routes/apikeys.ts'
 import { appStateRoutes } from './routes/app-state.ts'
+import { chatRoutes } from './routes/chat.ts'
 import { healthRoutes } from './routes/health.ts'
 import { metricsRoutes } from './routes/metrics.ts'
 import type { AppSnapshot, Health } from './schemas/app.ts'
@@ -25,6 +27,9 @@ export interface HttpDeps {
   metrics: MetricsRegistry
   health: () => Health
   snapshot: () => AppSnapshot
+  router: ChatRouter
+  /** Called after a chat request was served, with the model it named. */
+  onServed?: (modelID: string) => void
 }
 
 export interface HttpOptions extends GuardOptions {
@@ -79,6 +84,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   await app.register(appStateRoutes, { snapshot: deps.snapshot, settings: deps.settings })
   await app.register(apiKeyRoutes, { keys: deps.keys })
   await app.register(metricsRoutes, { metrics: deps.metrics })
+  await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
 }

@@ -53,3 +53,29 @@ export interface GenerateOptions {
 export interface ChatEngine {
   generate (request: ChatRequest, options?: GenerateOptions): AsyncIterable<ChatEvent>
 }
+
+/** Where a request ran: this node, or the peer with that nodeID (the `X-Served-By` header). */
+export type ServedBy = 'local' | `peer:${string}`
+
+/** A chat request that names the model it wants, as the HTTP API receives it. */
+export interface RoutedChatRequest extends ChatRequest {
+  modelID: string
+}
+
+export interface RouteOptions extends GenerateOptions {
+  /** Run only locally or on verified members of this PTN. */
+  ptnID?: string | null
+}
+
+/** A generation placed somewhere. `servedBy` may change while no event has been read (failover to the next peer). */
+export interface RoutedGeneration {
+  readonly events: AsyncIterator<ChatEvent>
+  readonly servedBy: ServedBy
+}
+
+/** Decides where a request runs (this node or a peer) and starts it there. */
+export interface ChatRouter {
+  generate (request: RoutedChatRequest, options?: RouteOptions): RoutedGeneration
+  /** The models requests can name right now, and who serves them, for GET /v1/models. */
+  models (): Array<{ modelID: string, ownedBy: ServedBy }>
+}

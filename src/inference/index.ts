@@ -1,5 +1,7 @@
 export { LocalEngine } from './engine.ts'
 export type { LocalEngineDeps, LocalEngineOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
-export type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat } from './chat.ts'
+export type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat, ChatRouter, RoutedChatRequest, RoutedGeneration, RouteOptions, ServedBy } from './chat.ts'
+export { LocalRouter } from './local-router.ts'
+export type { LocalRouterDeps } from './local-router.ts'
 export { QueueFullError, NoModelLoadedError, ModelLoadError, InvalidGenerationRequestError } from './errors.ts'
 export { getSharedLlama, defaultInferenceThreads } from './llama.ts'

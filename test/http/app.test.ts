@@ -9,6 +9,7 @@ import { SettingsStore } from '../../src/settings/index.ts'
 import { ApiKeys } from '../../src/keys/index.ts'
 import { MetricsRegistry } from '../../src/metrics/index.ts'
 import { createLogger } from '../../src/log.ts'
+import { LocalEngine, LocalRouter } from '../../src/inference/index.ts'
 
 test('GET /health answers the contract shape without a key', async (t) => {
   const { api, nodeID } = await startTestNode(t)
@@ -100,7 +101,8 @@ test('a 500 carries a request id and no stack or cause, and is logged once with 
     keys: new ApiKeys({ db }, { adminToken: 'x'.repeat(43) }),
     metrics: new MetricsRegistry(),
     health: () => ({ status: 'ok', version: '0', nodeID: 'n', uptimeSeconds: 0 }),
-    snapshot: () => { throw new Error('secret detail at /home/user/.meshnode') }
+    snapshot: () => { throw new Error('secret detail at /home/user/.meshnode') },
+    router: new LocalRouter({ engine: new LocalEngine({}), sameModel: (a, b) => a === b })
   }, { version: '0', allowedHosts: [], allowedOrigins: [] })
   t.after(() => app.close())
   const res = await app.inject({ method: 'GET', url: '/v1/app', headers: { host: '127.0.0.1' } })

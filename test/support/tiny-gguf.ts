@@ -17,6 +17,8 @@ export interface TinyGgufOptions {
   chatTemplate?: string | null
   /** `general.name`. Default 'meshnode tiny llama'. */
   name?: string
+  /** `llama.context_length`: a long one lets a test hold a slot busy for a while. Default 512. */
+  contextLength?: number
 }
 
 export interface TinyGguf { path: string, sha256: string, sizeBytes: number }
@@ -103,7 +105,7 @@ const VALUE_TYPE = { u32: 4, i32: 5, f32: 6, bool: 7, string: 8, array: 9 } as c
 interface Tensor { name: string, dims: number[], data: Float32Array }
 
 function encodeTinyGguf (options: TinyGgufOptions): Buffer {
-  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama' } = options
+  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH } = options
   const vocabulary = buildVocabulary()
   const metadata: Array<[string, MetadataValue]> = [
     ['general.architecture', { type: 'string', value: 'llama' }],
@@ -111,7 +113,7 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
     ['general.file_type', { type: 'u32', value: 0 }], // all f32
     ['general.alignment', { type: 'u32', value: ALIGNMENT }],
     ['llama.vocab_size', { type: 'u32', value: vocabulary.tokens.length }],
-    ['llama.context_length', { type: 'u32', value: TINY_GGUF_CONTEXT_LENGTH }],
+    ['llama.context_length', { type: 'u32', value: contextLength }],
     ['llama.embedding_length', { type: 'u32', value: EMBEDDING }],
     ['llama.block_count', { type: 'u32', value: LAYERS }],
     ['llama.feed_forward_length', { type: 'u32', value: FFN }],

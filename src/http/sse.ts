@@ -1,0 +1,55 @@
+// Server-sent events over a hijacked fastify reply: the chat stream and GET /v1/app/events both speak it.
+import type { ServerResponse } from 'node:http'
+import type { FastifyReply } from 'fastify'
+
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  connection: 'keep-alive',
+  // Proxies such as nginx would otherwise buffer the stream and the client would see tokens in bursts.
+  'x-accel-buffering': 'no'
+} as const
+
+/** How often a comment line is sent while nothing else is, so proxies and clients do not time the stream out. */
+export const SSE_KEEPALIVE_MS = 15_000
+
+/**
+ * A signal that fires when the client goes away before we finished answering. It watches the *response*: fastify 5's
+ * `request.signal` also fires once a POST body has been read, and a hijacked reply is ours to manage (STYLE §4).
+ */
+export function clientGone (reply: FastifyReply): AbortSignal {
+  const gone = new AbortController()
+  reply.raw.on('close', () => { if (!reply.raw.writableEnded) gone.abort(new Error('client disconnected')) })
+  return gone.signal
+}
+
+/** Starts an SSE answer on a hijacked reply, with extra headers (e.g. X-Served-By) merged in. */
+export function startSse (reply: FastifyReply, headers: Record<string, string> = {}): ServerResponse {
+  reply.hijack()
+  const raw = reply.raw
+  // Headers fastify already queued (request id, CORS) would be lost by hijacking: carry them over.
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) raw.setHeader(name, value as string | string[])
+  }
+  raw.writeHead(200, { ...SSE_HEADERS, ...headers })
+  raw.flushHeaders()
+  return raw
+}
+
+/** Writes one `data:` event (optionally named). JSON.stringify escapes newlines, so one line always suffices. */
+export function writeSseData (raw: ServerResponse, data: unknown, event?: string): boolean {
+  if (raw.writableEnded || raw.destroyed) return false
+  return raw.write(`${event == null ? '' : `event: ${event}\n`}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+}
+
+export function writeSseComment (raw: ServerResponse, text = 'keep-alive'): void {
+  if (!raw.writableEnded && !raw.destroyed) raw.write(`: ${text}\n\n`)
+}
+
+/** Sends a keep-alive comment every `SSE_KEEPALIVE_MS` until the returned function is called. */
+export function keepAlive (raw: ServerResponse, everyMs = SSE_KEEPALIVE_MS): () => void {
+  const timer = setInterval(() => { writeSseComment(raw) }, everyMs)
+  timer.unref()
+  raw.once('close', () => { clearInterval(timer) })
+  return () => { clearInterval(timer) }
+}
