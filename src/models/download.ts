@@ -27,6 +27,8 @@ export interface DownloadRequest {
   token?: string | null
   maxBytes?: number | null
   onProgress?: (progress: DownloadProgress) => void
+  /** Called once every byte is in the .part, before the sha256 and size are compared and the file renamed. */
+  onVerifying?: () => void
   /** Aborting keeps `destination + '.part'`, so a later call resumes; the promise rejects with the reason. */
   signal?: AbortSignal
 }
@@ -65,6 +67,7 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
     expectedSize: request.expectedSize ?? null,
     signal,
     progress: new ProgressReporter(request.onProgress),
+    onVerifying: request.onVerifying,
     part: { hash: createHash('sha256'), receivedBytes: 0 },
     attempts: 0
   }
@@ -121,6 +124,7 @@ interface Job {
   expectedSize: number | null
   signal: AbortSignal | undefined
   progress: ProgressReporter
+  onVerifying: (() => void) | undefined
   part: Part
   /** Requests made so far (redirect hops not counted), for the error that ends the download. */
   attempts: number
@@ -252,6 +256,7 @@ async function receive (job: Job, response: Response, totalBytes: number | null)
 
 /** Verifies the .part, makes it durable, and renames it into place. */
 async function finish (job: Job, destination: string): Promise<DownloadResult> {
+  job.onVerifying?.()
   const { receivedBytes } = job.part
   const sha256 = job.part.hash.digest('hex')
   if (job.expectedSize != null && receivedBytes !== job.expectedSize) {

@@ -1,5 +1,8 @@
-// The models domain's own kinds of failure. Plain Error subclasses with a stable `code`: src/http/errors.ts decides
-// what each one means to a client (STYLE §3).
+// The models domain's own kinds of failure, each a case of a generic kind in src/errors.ts where a client can be
+// answered with it (STYLE §3), so src/http/errors.ts maps them without knowing this domain. The download failures
+// (DownloadFailedError, IntegrityError) are plain errors: downloads run in the background, so they end a download
+// as status `failed` with their message, and never become an HTTP answer.
+import { ConflictError, InvalidInputError, NotFoundError } from '../errors.ts'
 
 /** The file could not be fetched: the source refused it, kept failing, or answered something we cannot use. */
 export class DownloadFailedError extends Error {
@@ -19,9 +22,18 @@ export class DownloadFailedError extends Error {
 }
 
 /** The source has no such repository, revision or file (HTTP 404): retrying cannot help. */
-export class DownloadNotFoundError extends DownloadFailedError {
+export class DownloadNotFoundError extends NotFoundError {
   override name = 'DownloadNotFoundError'
-  override readonly code: string = 'download_not_found'
+  readonly code: string = 'download_not_found'
+  readonly url: string
+  readonly status: number | null
+  readonly attempts: number
+  constructor (url: string, reason: string, details: { status?: number | null, attempts?: number } = {}) {
+    super(`Download of ${url} failed: ${reason}`)
+    this.url = url
+    this.status = details.status ?? null
+    this.attempts = details.attempts ?? 1
+  }
 }
 
 /** The downloaded bytes are not the ones promised: the sha256 (or the size) differs from the expected one. */
@@ -40,7 +52,7 @@ export class IntegrityError extends Error {
 }
 
 /** The file is larger than the space the caller allows it (its storage budget). */
-export class DownloadTooLargeError extends Error {
+export class DownloadTooLargeError extends ConflictError {
   override name = 'DownloadTooLargeError'
   readonly code: string = 'download_too_large'
   /** The declared size, or the bytes received when the excess showed only while streaming. */
@@ -53,4 +65,49 @@ export class DownloadTooLargeError extends Error {
     this.sizeBytes = sizeBytes
     this.maxBytes = maxBytes
   }
+}
+
+/** A model id that is malformed or unsafe (a path traversal, a control character). `param` is always `modelID`. */
+export class InvalidModelIDError extends InvalidInputError {
+  override name = 'InvalidModelIDError'
+  constructor (modelID: string, reason: string) {
+    super(`Invalid modelID ${JSON.stringify(modelID)}: ${reason}`, 'modelID')
+  }
+}
+
+/** Spec §7: the message names the requested model identifier. */
+export class ModelNotFoundError extends NotFoundError {
+  override name = 'ModelNotFoundError'
+  readonly modelID: string
+  constructor (modelID: string, detail?: string) {
+    super(`Model not found: ${modelID}${detail == null ? '' : ` (${detail})`}`)
+    this.modelID = modelID
+  }
+}
+
+/** Spec §3: a model must be downloaded before it can be loaded. */
+export class ModelNotDownloadedError extends ConflictError {
+  override name = 'ModelNotDownloadedError'
+  readonly modelID: string
+  constructor (modelID: string, state: string) {
+    super(`Model ${modelID} is not downloaded (${state}); download it first`)
+    this.modelID = modelID
+  }
+}
+
+/** A download would exceed `max_storage_gb` and nothing (more) may be evicted to make room. */
+export class StorageBudgetError extends ConflictError {
+  override name = 'StorageBudgetError'
+  readonly neededBytes: number
+  readonly freeBytes: number
+  constructor (message: string, neededBytes: number, freeBytes: number) {
+    super(message)
+    this.neededBytes = neededBytes
+    this.freeBytes = freeBytes
+  }
+}
+
+/** Two model ids name the same file on the hub; the second would overwrite the first one's download. */
+export class SameFileError extends ConflictError {
+  override name = 'SameFileError'
 }

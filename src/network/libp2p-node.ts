@@ -15,6 +15,7 @@ import { pino, type Logger } from 'pino'
 import { InvalidInputError } from '../errors.ts'
 import type { NodeIdentity } from '../identity/index.ts'
 import { ProtocolError } from './errors.ts'
+import { lanPresence, type LanPresence, type LanPresenceOptions } from './lan-presence.ts'
 
 /** Loopback only unless configured otherwise: a node is reachable from elsewhere through the relay, or by choice. */
 export const DEFAULT_LISTEN = ['/ip4/127.0.0.1/tcp/0', '/ip4/127.0.0.1/tcp/0/ws']
@@ -25,6 +26,8 @@ const RELAY_RESERVATION_LISTEN = '/p2p-circuit'
 export interface PeerHostServices extends Record<string, unknown> {
   identify: Identify
   ping: Ping
+  /** LAN listener and mDNS, switched on and off at run time (PeerNetwork does, for `cluster_enabled`). */
+  lanPresence: LanPresence
 }
 
 /** The node's libp2p host. The composition root owns it: it is started by `createPeerHost` and stopped with `stop()`. */
@@ -35,6 +38,16 @@ export interface PeerHostOptions {
   listen?: string[]
   /** When set (WAN enabled), the node takes a reservation on the relay it connects to. @default null */
   relayUrl?: string | null
+  /**
+   * Take a reservation on any relay the node connects to, whether or not `relayUrl` is set: for a node whose WAN
+   * setting is switched at run time (the reservation listener cannot be added to a running host cleanly).
+   * @default false
+   */
+  relayReservations?: boolean
+  /** Tunables of the LAN presence service (mDNS). */
+  lan?: LanPresenceOptions
+  /** Refuses connections with these peers both ways (a peer banned for misbehaving). @default none */
+  denyPeer?: (peer: PeerId) => boolean
   /** LAN discovery by mDNS (CONTRACT §6 `cluster_enabled`). @default false */
   mdns?: boolean
   log?: Logger
@@ -44,7 +57,7 @@ export interface PeerHostOptions {
 export async function createPeerHost (identity: NodeIdentity, options: PeerHostOptions = {}): Promise<PeerHost> {
   const log = options.log ?? pino({ level: 'silent' })
   const listen = [...(options.listen ?? DEFAULT_LISTEN)]
-  if (options.relayUrl != null) listen.push(RELAY_RESERVATION_LISTEN)
+  if (options.relayUrl != null || options.relayReservations === true) listen.push(RELAY_RESERVATION_LISTEN)
   const host = await createLibp2p<PeerHostServices>({
     privateKey: privateKeyFromIdentity(identity),
     addresses: { listen },
@@ -52,7 +65,10 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     peerDiscovery: options.mdns === true ? [mdns()] : [],
-    services: { identify: identify(), ping: ping() }
+    connectionGater: options.denyPeer == null
+      ? undefined
+      : { denyDialPeer: options.denyPeer, denyInboundEncryptedConnection: options.denyPeer, denyOutboundEncryptedConnection: options.denyPeer },
+    services: { identify: identify(), ping: ping(), lanPresence: lanPresence(options.lan) }
   })
   log.info({ peerId: host.peerId.toString(), addrs: host.getMultiaddrs().map(String) }, 'libp2p host started')
   return host

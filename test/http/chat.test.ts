@@ -32,7 +32,7 @@ test('streaming: role chunk first, content deltas, a finish chunk, the usage chu
   const stream = await openai.chat.completions.create({
     model: TINY_MODEL_ID, messages: hello, max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true }
   })
-  const chunks = []
+  const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = []
   for await (const chunk of stream) chunks.push(chunk)
   assert.deepEqual(chunks[0].choices[0].delta, { role: 'assistant', content: '' })
   const contentChunks = chunks.filter((c) => c.choices[0]?.delta.content != null && c.choices[0].delta.content !== '')
