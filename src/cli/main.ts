@@ -2,6 +2,7 @@ import { Command } from 'commander'
 import { VERSION } from '../config.ts'
 import { ApiError } from './client.ts'
 import { registerApiKeys } from './commands/apikeys.ts'
+import { registerChat } from './commands/chat.ts'
 import { registerConfig } from './commands/config.ts'
 import { registerServe } from './commands/serve.ts'
 import { registerStatus } from './commands/status.ts'
@@ -15,6 +16,7 @@ export function buildProgram (): Command {
   registerStatus(program)
   registerConfig(program)
   registerApiKeys(program)
+  registerChat(program)
   return program
 }
 
