@@ -37,7 +37,9 @@ export class KeepAwake {
       this.#status = { active: false, method: null, reason: `no sleep inhibitor on ${process.platform}` }
       return
     }
-    const child = spawn(command[0], command.slice(1), { stdio: 'ignore', detached: false })
+    const child = spawn(command[0], command.slice(1), { stdio: ['ignore', 'ignore', 'pipe'], detached: false })
+    let stderr = ''
+    child.stderr?.on('data', (chunk: Buffer) => { stderr = (stderr + chunk.toString()).slice(-500) })
     this.#child = child
     this.#status = { active: true, method: command[0], reason: null }
     child.once('error', (err) => {
@@ -51,7 +53,9 @@ export class KeepAwake {
     child.once('exit', (code) => {
       if (this.#child === child) {
         this.#child = null
-        this.#status = { active: false, method: null, reason: `${command[0]} exited with code ${code ?? 'null'}` }
+        const said = stderr.trim().split('\n')[0] ?? ''
+        this.#status = { active: false, method: null, reason: `${command[0]} exited with code ${code ?? 'null'}${said === '' ? '' : `: ${said}`}` }
+        this.#log.warn({ reason: this.#status.reason }, 'sleep inhibitor ended')
       }
     })
   }
