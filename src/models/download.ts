@@ -42,6 +42,9 @@ export interface DownloadOptions {
   baseDelayMs?: number
   /** Cap on any wait, Retry-After included, so a server cannot park us for an hour. Default 60000. */
   maxDelayMs?: number
+  /** A request that sends no headers or body bytes for this long is dropped and resumed, like a lost connection:
+   * a stalled socket would otherwise hold the download forever. Default 60000. */
+  idleTimeoutMs?: number
 }
 
 const PROGRESS_INTERVAL_MS = 250
@@ -51,7 +54,7 @@ const SHA256_HEX = /^[0-9a-f]{64}$/
 
 /** Downloads `request.url` to `request.destination` through `destination.part`, resuming a `.part` left before. */
 export async function downloadFile (request: DownloadRequest, options: DownloadOptions = {}): Promise<DownloadResult> {
-  const { retries = 5, baseDelayMs = 1000, maxDelayMs = 60_000 } = options
+  const { retries = 5, baseDelayMs = 1000, maxDelayMs = 60_000, idleTimeoutMs = 60_000 } = options
   const { url, destination, signal } = request
   if (!URL.canParse(url)) throw new InvalidInputError(`Not a URL: ${url}`, 'url')
   const requested = request.expectedSha256?.toLowerCase() ?? null
@@ -66,6 +69,7 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
     expectedSha256: requested,
     expectedSize: request.expectedSize ?? null,
     signal,
+    idleTimeoutMs,
     progress: new ProgressReporter(request.onProgress),
     onVerifying: request.onVerifying,
     part: { hash: createHash('sha256'), receivedBytes: 0 },
@@ -123,6 +127,7 @@ interface Job {
   expectedSha256: string | null
   expectedSize: number | null
   signal: AbortSignal | undefined
+  idleTimeoutMs: number
   progress: ProgressReporter
   onVerifying: (() => void) | undefined
   part: Part
@@ -143,7 +148,16 @@ class RetryableError extends Error {
 
 /** One request: streams what the server sends into the .part, or says why it could not. */
 async function attempt (job: Job): Promise<'complete' | 'stale'> {
-  const { response, linked } = await openResponse(job)
+  const idle = new IdleWatch(job.idleTimeoutMs)
+  try {
+    return await attemptWatched(job, idle)
+  } finally {
+    idle.stop()
+  }
+}
+
+async function attemptWatched (job: Job, idle: IdleWatch): Promise<'complete' | 'stale'> {
+  const { response, linked } = await openResponse(job, idle)
   const status = response.status
   if (status === 200 || status === 206) {
     let totalBytes: number | null
@@ -164,7 +178,7 @@ async function attempt (job: Job): Promise<'complete' | 'stale'> {
     totalBytes ??= linked.sizeBytes ?? job.expectedSize
     await checkAnnounced(job, { sha256: null, sizeBytes: totalBytes }, response)
     try {
-      await receive(job, response, totalBytes)
+      await receive(job, response, totalBytes, idle)
     } catch (err) {
       if (err instanceof DownloadTooLargeError) await discardPart(job) // over budget: nothing worth resuming
       throw err
@@ -190,7 +204,7 @@ async function attempt (job: Job): Promise<'complete' | 'stale'> {
 interface Linked { sha256: string | null, sizeBytes: number | null }
 
 /** GET with our Range, following redirects ourselves: the token must not travel to another origin. */
-async function openResponse (job: Job): Promise<{ response: Response, linked: Linked }> {
+async function openResponse (job: Job, idle: IdleWatch): Promise<{ response: Response, linked: Linked }> {
   const headers: Record<string, string> = {}
   if (job.part.receivedBytes > 0) headers.Range = `bytes=${job.part.receivedBytes}-`
   if (job.token != null) headers.Authorization = `Bearer ${job.token}`
@@ -199,9 +213,11 @@ async function openResponse (job: Job): Promise<{ response: Response, linked: Li
   for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
     let response: Response
     try {
-      response = await fetch(current, { headers, redirect: 'manual', signal: job.signal })
+      const signal = job.signal == null ? idle.signal : AbortSignal.any([job.signal, idle.signal])
+      response = await fetch(current, { headers, redirect: 'manual', signal })
     } catch (err) {
       if (job.signal?.aborted === true) throw job.signal.reason
+      if (idle.signal.aborted) throw new RetryableError(`${current.host} did not answer within ${job.idleTimeoutMs} ms`, { cause: err })
       throw new RetryableError(`cannot reach ${current.host}: ${describe(err)}`, { cause: err })
     }
     if (linked == null) {
@@ -221,13 +237,14 @@ async function openResponse (job: Job): Promise<{ response: Response, linked: Li
 }
 
 /** Streams the body into the .part, hashing as it goes; a connection lost mid-body is retryable from where it stopped. */
-async function receive (job: Job, response: Response, totalBytes: number | null): Promise<void> {
+async function receive (job: Job, response: Response, totalBytes: number | null, idle: IdleWatch): Promise<void> {
   if (response.body == null) throw new RetryableError('empty response body', { status: response.status })
   job.progress.begin(job.part.receivedBytes)
   const file = await open(job.partPath, 'a')
   let reading = true
   try {
     for await (const chunk of response.body) {
+      idle.reset()
       reading = false
       if (job.maxBytes != null && job.part.receivedBytes + chunk.length > job.maxBytes) {
         throw new DownloadTooLargeError(job.url, job.part.receivedBytes + chunk.length, job.maxBytes, 'received')
@@ -240,6 +257,10 @@ async function receive (job: Job, response: Response, totalBytes: number | null)
     }
   } catch (err) {
     if (job.signal?.aborted === true) throw job.signal.reason
+    if (idle.signal.aborted) {
+      throw new RetryableError(`stalled: no data for ${job.idleTimeoutMs} ms after ${job.part.receivedBytes} bytes`,
+        { status: response.status, cause: err })
+    }
     // Only a failed read is the network's fault; a failed write (disk full) or a throwing onProgress is not
     if (reading) {
       throw new RetryableError(`connection lost after ${job.part.receivedBytes} bytes: ${describe(err)}`,
@@ -406,6 +427,36 @@ function describe (err: unknown): string {
   if (!(err instanceof Error)) return String(err)
   // undici hides the socket's story in the cause: "fetch failed" / "terminated" alone says little
   return err.cause instanceof Error ? `${err.message} (${err.cause.message})` : err.message
+}
+
+/** Aborts its signal when `reset` has not been called for `timeoutMs`: one request's "nothing is coming" alarm. */
+class IdleWatch {
+  private readonly controller = new AbortController()
+  private readonly timeoutMs: number
+  private readonly timer: NodeJS.Timeout
+
+  constructor (timeoutMs: number) {
+    this.timeoutMs = timeoutMs
+    this.timer = this.arm()
+  }
+
+  get signal (): AbortSignal {
+    return this.controller.signal
+  }
+
+  reset (): void {
+    this.timer.refresh()
+  }
+
+  stop (): void {
+    clearTimeout(this.timer)
+  }
+
+  private arm (): NodeJS.Timeout {
+    const timer = setTimeout(() => { this.controller.abort(new Error(`idle for ${this.timeoutMs} ms`)) }, this.timeoutMs)
+    timer.unref()
+    return timer
+  }
 }
 
 /** Calls onProgress at most every PROGRESS_INTERVAL_MS, and once more at the end. */

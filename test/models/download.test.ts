@@ -105,6 +105,21 @@ await test('an aborted download keeps its .part and a later call resumes it', as
   assert.equal(fileRequests(hub).at(-1)?.range, `bytes=${kept}-`)
 })
 
+await test('a stalled connection is dropped after the idle timeout and resumed with a Range request', async (t) => {
+  const { hub, dir, url, bytes, sha256 } = await fixture(t)
+  hub.stallAfterBytes(512 * 1024) // sends these bytes, then nothing, and never closes
+  const destination = join(dir, 'f.gguf')
+
+  const result = await downloadFile({ url, destination }, { ...FAST, idleTimeoutMs: 300 })
+
+  assert.equal(result.sha256, sha256)
+  assert.deepEqual(await readFile(destination), bytes)
+  const cdn = fileRequests(hub).filter((r) => r.server === 'cdn')
+  assert.equal(cdn.length, 2)
+  assert.match(cdn[1].range ?? '', /^bytes=\d+-$/)
+  assert.equal(cdn[1].status, 206)
+})
+
 await test('a complete .part left before the rename is verified, not fetched again', async (t) => {
   const { hub, dir, url, bytes, sha256 } = await fixture(t)
   const destination = join(dir, 'f.gguf')

@@ -1,0 +1,87 @@
+import type { ServerResponse } from 'node:http'
+import type { FastifyRequest } from 'fastify'
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
+import { z } from 'zod'
+import { MODEL_EVENT_TYPES, type ModelEventMap, type ModelStore } from '../../models/index.ts'
+import { errorResponses } from '../schemas/common.ts'
+import { DownloadStarted, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
+import { keepAlive, startSse, writeSseComment, writeSseData } from '../sse.ts'
+
+export interface ModelRoutesOptions {
+  models: ModelStore
+}
+
+export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app, { models }) => {
+  const tags = ['models']
+
+  app.get('/v1/app/models', { schema: { tags, response: { 200: ModelList, ...errorResponses } } }, async () => {
+    return { models: models.list() }
+  })
+
+  app.post('/v1/app/models/download', {
+    schema: { tags, body: ModelIDBody, response: { 200: DownloadStarted, ...errorResponses } }
+  }, async (request) => await models.startDownload(request.body.modelID))
+
+  app.post('/v1/app/models/load', {
+    schema: { tags, body: ModelIDBody, response: { 200: ModelLoaded, ...errorResponses } }
+  }, async (request) => {
+    const loaded = await models.load(request.body.modelID)
+    return { status: 'loaded' as const, modelID: loaded.modelID, contextLength: loaded.contextLength }
+  })
+
+  // Spec §4.3: no body. Clients that send `Content-Type: application/json` with an empty body (many do for a bare
+  // POST) would get fastify's "empty JSON body" 400, so this one route reads an empty JSON body as no body.
+  await app.register(async (scope) => {
+    // fastify's own JSON parser (prototype-poisoning checks included), which answers through its callback
+    const parseJson = scope.getDefaultJsonParser('error', 'error') as (request: FastifyRequest, body: string, done: (err: Error | null, body?: unknown) => void) => void
+    scope.removeContentTypeParser('application/json')
+    scope.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+      const text = typeof body === 'string' ? body : body.toString('utf8')
+      if (text.trim() === '') {
+        done(null, undefined)
+        return
+      }
+      parseJson(request, text, done)
+    })
+    scope.post('/v1/app/models/unload', {
+      schema: { tags, response: { 200: ModelUnloaded, ...errorResponses } }
+    }, async () => {
+      const { modelID } = await models.unload()
+      return { status: 'unloaded' as const, modelID }
+    })
+  })
+
+  // Server-sent events: download progress, verification, completion and failure, loads, unloads and evictions, as
+  // `event: <type>` with the JSON `data` of docs/api/models.md. No replay: a client that needs the current state
+  // reads GET /v1/app/models after subscribing.
+  const streams = new Set<ServerResponse>()
+  app.addHook('preClose', async () => {
+    // An open stream would keep the server from closing; ending it tells the client the node is going away
+    for (const raw of streams) raw.end()
+  })
+  app.get('/v1/app/events', {
+    schema: {
+      tags,
+      description: 'text/event-stream of model events (download.*, model.*); a comment every 15 s keeps it open',
+      produces: ['text/event-stream'], // refusals (guards) still answer in the JSON envelope
+      response: { 200: z.string().describe('text/event-stream') }
+    }
+  }, async (_request, reply) => {
+    const listeners = MODEL_EVENT_TYPES.map((type) => {
+      const listener = (data: ModelEventMap[typeof type][0]): void => { writeSseData(raw, data, type) }
+      return [type, listener] as const
+    })
+    // Subscribed before the headers go out: a client that sees the 200 and then starts a download sees its events
+    for (const [type, listener] of listeners) models.events.on(type, listener)
+    const raw = startSse(reply)
+    streams.add(raw)
+    writeSseComment(raw, 'connected')
+    const stopKeepAlive = keepAlive(raw)
+    raw.once('close', () => { // the client left, or preClose ended the stream
+      stopKeepAlive()
+      streams.delete(raw)
+      for (const [type, listener] of listeners) models.events.off(type, listener)
+    })
+    return reply
+  })
+}

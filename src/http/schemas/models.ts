@@ -1,0 +1,37 @@
+// Wire shapes of the model routes (docs/api/models.md); the CLI imports them too.
+import { z } from 'zod'
+import { MAX_MODEL_ID_LENGTH } from '../../models/index.ts'
+import { DownloadProgress, ModelRecord } from './app.ts'
+import { SNAKE_ALIASES, withAliases } from './common.ts'
+
+/** `{modelID}`, also spelled `model_id` or `model` (CONTRACT §1). What an id may be is the model store's to judge. */
+export const ModelIDBody = withAliases(z.object({ modelID: z.string().min(1).max(MAX_MODEL_ID_LENGTH) }), SNAKE_ALIASES)
+
+export const ModelList = z.object({ models: z.array(ModelRecord) })
+export type ModelList = z.infer<typeof ModelList>
+
+/** `downloaded` when the file is already here: nothing to wait for. */
+export const DownloadStarted = z.object({ status: z.enum(['downloading', 'downloaded']), modelID: z.string() })
+export type DownloadStarted = z.infer<typeof DownloadStarted>
+
+export const ModelLoaded = z.object({ status: z.literal('loaded'), modelID: z.string(), contextLength: z.number() })
+export type ModelLoaded = z.infer<typeof ModelLoaded>
+
+/** `modelID` is the model that was unloaded, null when none was loaded. */
+export const ModelUnloaded = z.object({ status: z.literal('unloaded'), modelID: z.string().nullable() })
+export type ModelUnloaded = z.infer<typeof ModelUnloaded>
+
+/** The `data` of each event on GET /v1/app/events, by event name. */
+export const ModelEvents = {
+  'download.started': z.object({ modelID: z.string(), totalBytes: z.number().nullable() }),
+  'download.progress': DownloadProgress.extend({ modelID: z.string() }),
+  'download.verifying': z.object({ modelID: z.string() }),
+  'download.completed': z.object({ modelID: z.string(), sizeBytes: z.number(), sha256: z.string() }),
+  'download.failed': z.object({ modelID: z.string(), error: z.string() }),
+  'model.loaded': z.object({ modelID: z.string(), contextLength: z.number() }),
+  'model.load_failed': z.object({ modelID: z.string(), error: z.string() }),
+  'model.unloaded': z.object({ modelID: z.string() }),
+  'model.evicted': z.object({ modelID: z.string(), sizeBytes: z.number() })
+} as const
+export type ModelEventName = keyof typeof ModelEvents
+export type ModelEventData<E extends ModelEventName> = z.infer<(typeof ModelEvents)[E]>

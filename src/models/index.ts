@@ -1,0 +1,17 @@
+export { ModelStore, MODEL_EVENT_TYPES, BYTES_PER_GB, formatBytes } from './model-store.ts'
+export type {
+  ModelStoreDeps, ModelStoreOptions, ModelRecord, ModelStatus, ModelProgress, LoadedModel, ModelEventMap, ModelEventType,
+  ModelEngine
+} from './model-store.ts'
+export { CATALOG, findCatalogEntry } from './catalog.ts'
+export type { CatalogEntry } from './catalog.ts'
+export { parseModelID, normaliseModelID, modelKey, sameModel, pickQuantFile, DEFAULT_QUANT, MAX_MODEL_ID_LENGTH } from './model-id.ts'
+export type { ModelRef } from './model-id.ts'
+export { HubClient, DEFAULT_HUB_URL } from './hub.ts'
+export type { HubClientOptions, HubFileMetadata } from './hub.ts'
+export { downloadFile } from './download.ts'
+export type { DownloadProgress, DownloadRequest, DownloadResult, DownloadOptions } from './download.ts'
+export {
+  DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError, InvalidModelIDError,
+  ModelNotFoundError, ModelNotDownloadedError, StorageBudgetError, SameFileError
+} from './errors.ts'

@@ -1,0 +1,76 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { startFakeHub } from '../support/fake-hub.ts'
+import { CLI, startTestNode, tempDir } from '../support/node.ts'
+import { writeTinyGguf } from '../support/tiny-gguf.ts'
+
+const run = promisify(execFile)
+const CATALOG_ID = 'smollm2-135m-instruct-q8_0'
+
+async function meshnode (args: string[]): Promise<{ stdout: string, stderr: string, code: number }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '' } })
+    return { stdout, stderr, code: 0 }
+  } catch (err) {
+    const failed = err as { stdout: string, stderr: string, code: number }
+    return { stdout: failed.stdout, stderr: failed.stderr, code: failed.code }
+  }
+}
+
+// Each run of the CLI costs about 1.5 s of module loading on this machine, so each command runs once or twice here;
+// the HTTP tests cover the cases.
+test('models list, download, load and unload drive the node over HTTP', async (t) => {
+  // The fake hub serves our tiny GGUF under the catalog entry's real repo and file name
+  const hub = await startFakeHub()
+  t.after(() => hub.close())
+  const gguf = await writeTinyGguf(join(await tempDir(t), 'tiny.gguf'))
+  await hub.addFile('HuggingFaceTB/SmolLM2-135M-Instruct-GGUF', 'smollm2-135m-instruct-q8_0.gguf', gguf.path)
+  const { node, dataDir } = await startTestNode(t, { hfEndpoint: hub.url })
+  const common = ['--url', node.url, '--data-dir', dataDir]
+
+  const list = await meshnode(['models', 'list', ...common])
+  assert.equal(list.code, 0, list.stderr)
+  assert.match(list.stdout, /^ID\s+NAME\s+PARAMS\s+QUANT\s+SIZE\s+STATUS$/m)
+  assert.match(list.stdout, new RegExp(`^${CATALOG_ID}\\s+SmolLM2 135M Instruct\\s+135M\\s+Q8_0\\s+145\\.0 MB\\s+available$`, 'm'))
+
+  const download = await meshnode(['models', 'download', CATALOG_ID.toUpperCase(), ...common])
+  assert.equal(download.code, 0, download.stderr)
+  assert.match(download.stdout, new RegExp(`^Downloaded ${CATALOG_ID} \\(621\\.4 kB\\)`, 'm'))
+  assert.match(download.stderr, new RegExp(`Downloading ${CATALOG_ID}`))
+  const again = await meshnode(['models', 'download', CATALOG_ID, ...common, '--json'])
+  assert.equal(again.code, 0, again.stderr)
+  const record = JSON.parse(again.stdout)
+  assert.deepEqual([record.modelID, record.status, record.sizeBytes], [CATALOG_ID, 'downloaded', gguf.sizeBytes])
+
+  const load = await meshnode(['models', 'load', CATALOG_ID, ...common])
+  assert.equal(load.code, 0, load.stderr)
+  assert.match(load.stdout, new RegExp(`^Loaded ${CATALOG_ID} \\(context \\d+ tokens\\)`))
+  assert.equal(node.engine.loaded()?.modelID, CATALOG_ID)
+
+  const unload = await meshnode(['models', 'unload', ...common])
+  assert.equal(unload.code, 0, unload.stderr)
+  assert.equal(unload.stdout.trim(), `Unloaded ${CATALOG_ID}`)
+
+  const unknown = await meshnode(['models', 'load', 'qwen-7b', ...common])
+  assert.equal(unknown.code, 1)
+  assert.match(unknown.stderr, /Model not found: qwen-7b .*\(HTTP 404\)/)
+  const failing = await meshnode(['models', 'download', 'hf.co/meshnode-test/none/x.gguf', ...common])
+  assert.equal(failing.code, 1)
+  assert.match(failing.stderr, /Model not found: hf\.co\/meshnode-test\/none\/x\.gguf .*\(HTTP 404\)/)
+})
+
+test('models download reports a failed download and exits non-zero', async (t) => {
+  const hub = await startFakeHub()
+  t.after(() => hub.close())
+  const gguf = await writeTinyGguf(join(await tempDir(t), 'tiny.gguf'))
+  await hub.addFile('meshnode-test/tiny-GGUF', 'tiny.gguf', gguf.path)
+  const { node, dataDir } = await startTestNode(t, { hfEndpoint: hub.url })
+  hub.corruptNext()
+
+  const result = await meshnode(['models', 'download', 'hf.co/meshnode-test/tiny-GGUF/tiny.gguf', '--url', node.url, '--data-dir', dataDir])
+  assert.equal(result.code, 1)
+  assert.match(result.stderr, /Download of hf\.co\/meshnode-test\/tiny-GGUF\/tiny\.gguf failed: Integrity check/)
+})
