@@ -1,0 +1,25 @@
+import type { Command } from 'commander'
+import type { PeerList } from '../../http/schemas/peers.ts'
+import { formatTable, print } from '../output.ts'
+import { clientFor, withClientOptions } from './common.ts'
+
+export function registerPeers (program: Command): void {
+  withClientOptions(program.command('peers').description('list the peers this node is connected to'))
+    .action(async (_options, command: Command) => {
+      const { client, options } = clientFor(command)
+      const list = await client.get<PeerList>('/v1/app/peers')
+      print(list, options.json, () => list.peers.length === 0
+        ? 'No peers. Turn on the LAN cluster (meshnode config set cluster_enabled true) or WAN (wan_enabled, wan_relay_url).'
+        : formatTable(['node', 'name', 'type', 'status', 'model', 'latency', 'load', 'price/1k'],
+          list.peers.map((p) => [
+            p.nodeID.slice(0, 16),
+            p.name,
+            p.type,
+            p.status,
+            p.model,
+            p.latencyMs == null ? null : `${Math.round(p.latencyMs)} ms`,
+            `${p.capacity.busySlots}/${p.capacity.slots}${p.capacity.queued > 0 ? ` +${p.capacity.queued}` : ''}`,
+            p.pricePer1kTokens
+          ])))
+    })
+}

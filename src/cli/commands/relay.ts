@@ -1,0 +1,78 @@
+import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Command } from 'commander'
+import { defaultDataDir } from '../../config.ts'
+
+export const DEFAULT_RELAY_PORT = 11436
+
+interface RelayCommandOptions {
+  port: string
+  host: string
+  tcpPort?: string
+  dataDir: string
+  announce: string[]
+}
+
+export function registerRelay (program: Command): void {
+  program.command('relay')
+    .description('run a WAN relay: circuit relay for nodes behind NAT, and the directory through which nodes find each other')
+    .option('--port <port>', 'WebSocket port nodes connect to (their wan_relay_url is ws://<host>:<port>)', String(DEFAULT_RELAY_PORT))
+    .option('--host <ip>', 'IP address to listen on (0.0.0.0 to accept nodes from other machines)', '127.0.0.1')
+    .option('--tcp-port <port>', 'also accept libp2p over TCP on this port')
+    .option('--data-dir <dir>', 'where the relay key lives (it keeps the relay\'s peer id across restarts)', join(defaultDataDir(), 'relay'))
+    .option('--announce <multiaddr>', 'address to announce instead of the listen address, e.g. a public one (repeatable)', collect, [])
+    .action(async (options: RelayCommandOptions) => {
+      // Imported here, not at the top: every other command would pay for loading libp2p.
+      const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity, startRelay }] = await Promise.all([
+        import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts')
+      ])
+      const log = createLogger(process.env.MESHNODE_LOG_LEVEL ?? 'info')
+      mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
+      // The relay's own key, in its own data dir: a node's key must never double as a relay's.
+      const identity = loadOrCreateIdentity(options.dataDir)
+      let relay
+      try {
+        relay = await startRelay({
+          port: parsePort(options.port, '--port'),
+          host: options.host,
+          tcpPort: options.tcpPort == null ? null : parsePort(options.tcpPort, '--tcp-port'),
+          seed: identity.seed,
+          announce: options.announce.length > 0 ? options.announce : undefined,
+          log
+        })
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code
+        process.stderr.write(code === 'EADDRINUSE'
+          ? `meshnode: port ${options.port} on ${options.host} is already in use. Choose another with --port.\n`
+          : `meshnode: cannot start the relay: ${(err as Error).message}\n`)
+        process.exitCode = 1
+        return
+      }
+      log.info({ url: relay.url, peerId: peerIdFromIdentity(identity).toString() }, `relay ready: set wan_relay_url to ${relay.url} on the nodes`)
+      let stopping = false
+      const stop = (signal: string): void => {
+        if (stopping) process.exit(130)
+        stopping = true
+        log.info({ signal }, 'relay shutting down')
+        relay.stop().then(() => { process.exitCode = 0 }, (err: unknown) => {
+          process.stderr.write(`meshnode: relay shutdown failed: ${(err as Error).message}\n`)
+          process.exitCode = 1
+        })
+      }
+      process.on('SIGTERM', () => { stop('SIGTERM') })
+      process.on('SIGINT', () => { stop('SIGINT') })
+    })
+}
+
+function collect (value: string, previous: string[]): string[] {
+  return [...previous, value]
+}
+
+function parsePort (value: string, flag: string): number {
+  const port = Number(value)
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    process.stderr.write(`meshnode: ${flag} must be a whole number from 0 to 65535, not ${value}\n`)
+    process.exit(2)
+  }
+  return port
+}

@@ -1,0 +1,192 @@
+import type { Stream } from '@libp2p/interface'
+import type { Logger } from 'pino'
+import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
+import type { ChatEvent, ChatRouter, ChatUsage, RoutedChatRequest, RoutedGeneration, RouteOptions, ServedBy } from '../inference/index.ts'
+import { ProtocolError } from './errors.ts'
+import { INFER_PROTOCOL, RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
+import type { PeerInfo } from './peer-network.ts'
+
+/** What the router uses of the peer network (`PeerNetwork` has it). */
+export interface RouterNetwork {
+  peers (): PeerInfo[]
+  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
+  recordDemand (modelID: string): void
+  reportMisbehaviour (nodeID: string, err: unknown): Promise<void>
+}
+
+/** A paid request's credits: held before it goes to a peer, settled with the tokens it generated, or released. */
+export interface InferenceCharge {
+  settle (usage: ChatUsage): void
+  release (): void
+}
+
+/**
+ * Pays peers for what they generate (the wallet supplies it). `open` is called before the request goes out and may
+ * throw (InsufficientCreditsError: the request fails with 402 before any peer works on it).
+ */
+export interface InferenceBilling {
+  open (request: { peerID: string, modelID: string, pricePer1kTokensMicro: number, maxTokens: number | null }): InferenceCharge
+}
+
+export interface PeerRouterDeps {
+  /** Runs requests on this node's engine (`LocalRouter`). */
+  local: ChatRouter & { serves (modelID: string): boolean }
+  network: RouterNetwork
+  settings: { get (): { inference_backend: string } }
+  sameModel: (a: string, b: string) => boolean
+  billing?: InferenceBilling
+  log: Logger
+}
+
+export interface PeerRouterOptions {
+  /** Peers tried for one request before giving up (failover before the first token). @default 3 */
+  maxAttempts?: number
+  /** Deadline for reaching a peer and opening the stream. @default 10_000 */
+  openTimeoutMs?: number
+}
+
+/**
+ * Places a chat request: on this node when its loaded model is the one named (and `inference_backend` is not
+ * `peers`), else on the best peer that serves it, falling over to the next while no token has arrived. The answer
+ * streams back as the same events the local engine gives; a failure after the first token ends the stream with it.
+ */
+export class PeerRouter implements ChatRouter {
+  readonly #deps: PeerRouterDeps
+  readonly #maxAttempts: number
+  readonly #openTimeoutMs: number
+
+  constructor (deps: PeerRouterDeps, options: PeerRouterOptions = {}) {
+    this.#deps = deps
+    this.#maxAttempts = options.maxAttempts ?? 3
+    this.#openTimeoutMs = options.openTimeoutMs ?? 10_000
+  }
+
+  generate (request: RoutedChatRequest, options: RouteOptions = {}): RoutedGeneration {
+    if (this.#deps.settings.get().inference_backend !== 'peers' && this.#deps.local.serves(request.modelID)) {
+      return this.#deps.local.generate(request, options)
+    }
+    const candidates = this.candidates(request.modelID, options.ptnID ?? null)
+    if (candidates.length === 0) {
+      this.#deps.network.recordDemand(request.modelID)
+      const where = options.ptnID == null ? 'no peer serves it' : `no member of PTN ${options.ptnID} serves it`
+      const loaded = this.#deps.local.models()[0]?.modelID
+      throw new UnavailableError(`Model ${request.modelID} is not loaded on this node and ${where}` +
+        (loaded == null ? ' (no model is loaded)' : ` (loaded: ${loaded})`))
+    }
+    const attempt = { servedBy: `peer:${candidates[0].nodeID}` as ServedBy }
+    const events = this.#failover(candidates.slice(0, this.#maxAttempts), request, options, attempt)
+    return {
+      events,
+      get servedBy () { return attempt.servedBy }
+    }
+  }
+
+  /**
+   * Peers that serve `modelID` now, best first: online before degraded, a free slot before none, lower load, lower
+   * latency, lower price. With a `ptnID`, only peers whose certificates prove them members of that PTN.
+   */
+  candidates (modelID: string, ptnID: string | null = null): PeerInfo[] {
+    return this.#deps.network.peers()
+      .filter(peer => peer.record.models.loaded != null && this.#deps.sameModel(peer.record.models.loaded, modelID))
+      .filter(peer => ptnID == null || peer.ptnIDs.includes(ptnID))
+      .map(peer => ({ peer, key: rankKey(peer) }))
+      .sort((a, b) => compareKeys(a.key, b.key))
+      .map(({ peer }) => peer)
+  }
+
+  models (): Array<{ modelID: string, ownedBy: ServedBy }> {
+    const listed = this.#deps.settings.get().inference_backend === 'peers' ? [] : this.#deps.local.models()
+    const seen = (modelID: string): boolean => listed.some(model => this.#deps.sameModel(model.modelID, modelID))
+    for (const peer of this.#deps.network.peers()) {
+      const loaded = peer.record.models.loaded
+      if (loaded == null || seen(loaded)) continue
+      const best = this.candidates(loaded)[0] ?? peer
+      listed.push({ modelID: loaded, ownedBy: `peer:${best.nodeID}` })
+    }
+    return listed
+  }
+
+  async * #failover (candidates: PeerInfo[], request: RoutedChatRequest, options: RouteOptions, attempt: { servedBy: ServedBy }): AsyncGenerator<ChatEvent, void, undefined> {
+    const failures: string[] = []
+    let lastError: unknown = null
+    let allBusy = true
+    for (const peer of candidates) {
+      options.signal?.throwIfAborted()
+      attempt.servedBy = `peer:${peer.nodeID}`
+      let started = false
+      const charge = this.#deps.billing?.open({
+        peerID: peer.nodeID,
+        modelID: request.modelID,
+        pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro,
+        maxTokens: request.maxTokens ?? null
+      })
+      let settled = false
+      try {
+        for await (const event of this.#ask(peer, request, options)) {
+          started = true
+          if (event.type === 'done') {
+            charge?.settle(event.usage)
+            settled = true
+          }
+          yield event
+        }
+        return
+      } catch (err) {
+        if (options.signal?.aborted === true) throw options.signal.reason
+        if (started) {
+          this.#deps.log.warn({ err, nodeID: peer.nodeID, modelID: request.modelID }, 'peer failed mid-answer')
+          throw new UnavailableError(`Peer ${peer.nodeID} failed while answering: ${(err as Error).message}`, { cause: err })
+        }
+        if (err instanceof RemoteInferenceError && err.kind === 'invalid') throw new InvalidInputError(err.message, err.param)
+        this.#deps.log.info({ nodeID: peer.nodeID, modelID: request.modelID, reason: (err as Error).message }, 'peer did not answer; trying the next')
+        failures.push(`${peer.nodeID.slice(0, 16)}: ${(err as Error).message}`)
+        lastError = err
+        if (!(err instanceof RemoteInferenceError && err.kind === 'busy')) allBusy = false
+      } finally {
+        if (!settled) charge?.release()
+      }
+    }
+    if (allBusy && lastError instanceof RemoteInferenceError) {
+      throw new BusyError(`Every peer serving ${request.modelID} is busy: ${failures.join('; ')}`, lastError.retryAfterSeconds ?? 1)
+    }
+    throw new UnavailableError(`No peer could serve ${request.modelID}: ${failures.join('; ')}`, { cause: lastError })
+  }
+
+  async * #ask (peer: PeerInfo, request: RoutedChatRequest, options: RouteOptions): AsyncGenerator<ChatEvent, void, undefined> {
+    const openSignal = AbortSignal.any([AbortSignal.timeout(this.#openTimeoutMs), ...(options.signal == null ? [] : [options.signal])])
+    const stream = await this.#deps.network.open(peer.nodeID, INFER_PROTOCOL, { signal: openSignal })
+    const { modelID, ...chat } = request
+    const ask: InferRequest = { modelID, request: chat as InferRequest['request'], ptnID: options.ptnID ?? null }
+    try {
+      yield * requestInference(stream, ask, { signal: options.signal })
+    } catch (err) {
+      if (err instanceof ProtocolError) await this.#deps.network.reportMisbehaviour(peer.nodeID, err)
+      throw err
+    }
+  }
+}
+
+const LATENCY_STEP_MS = 20
+
+type RankKey = [degraded: number, saturated: number, load: number, latencyMs: number, price: number]
+
+function rankKey (peer: PeerInfo): RankKey {
+  const { slots, busySlots, queued } = peer.record.capacity
+  const load = slots === 0 ? Number.POSITIVE_INFINITY : (busySlots + queued) / slots
+  return [
+    peer.status === 'online' ? 0 : 1,
+    busySlots + queued < slots ? 0 : 1,
+    // In quarters, so that latency and price decide between peers of about the same load.
+    Math.round(load * 4),
+    // In steps of LATENCY_STEP_MS: a few milliseconds of jitter do not outweigh a lower price.
+    peer.latencyMs == null ? Number.POSITIVE_INFINITY : Math.floor(peer.latencyMs / LATENCY_STEP_MS),
+    peer.record.pricePer1kTokensMicro
+  ]
+}
+
+function compareKeys (a: RankKey, b: RankKey): number {
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1
+  }
+  return 0
+}

@@ -1,0 +1,142 @@
+import { test, type TestContext } from 'node:test'
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import { multiaddr } from '@multiformats/multiaddr'
+import OpenAI from 'openai'
+import { pino } from 'pino'
+import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
+import { CAPABILITIES_PROTOCOL, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
+import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/network/frames.ts'
+import { INFER_PROTOCOL } from '../../src/network/infer.ts'
+import { createPeerHost, handleProtocol, peerIdFromIdentity, type PeerHost } from '../../src/network/libp2p-node.ts'
+import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
+import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings } from '../support/network.ts'
+import { writeTinyGguf } from '../support/tiny-gguf.ts'
+import { z } from 'zod'
+
+const MODEL = 'tiny-chat'
+const log = pino({ level: 'silent' })
+
+interface Hostile {
+  identity: NodeIdentity
+  host: PeerHost
+}
+
+/** A raw libp2p host with a node key of its own, speaking our protocols badly on purpose. */
+async function hostilePeer (t: TestContext): Promise<Hostile> {
+  const identity = identityFromSeed(generateSeed())
+  const host = await createPeerHost(identity, { listen: ['/ip4/127.0.0.1/tcp/0'], log })
+  t.after(() => host.stop())
+  return { identity, host }
+}
+
+function directAddrs (node: TestNode): ReturnType<typeof multiaddr>[] {
+  return node.node.network.addresses().filter(a => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map(a => multiaddr(a))
+}
+
+/** Connects the hostile peer to the node; retried, because the node takes at most a few new connections per second
+ *  from one address (libp2p's inbound threshold), and every hostile peer of this test comes from 127.0.0.1. */
+async function connect (hostile: Hostile, node: TestNode): Promise<void> {
+  await waitFor(async () => {
+    try {
+      await hostile.host.dial(directAddrs(node), { signal: AbortSignal.timeout(5_000) })
+      return true
+    } catch (err) {
+      if ((err as Error).message.includes('ECONNRESET') || (err as Error).name === 'AggregateError') return false
+      throw err
+    }
+  }, { what: 'the hostile peer to connect' })
+}
+
+function record (identity: NodeIdentity, overrides: Partial<CapabilityRecord> = {}): CapabilityRecord {
+  return {
+    nodeID: identity.nodeID,
+    name: 'hostile',
+    models: { loaded: MODEL, downloaded: [MODEL] },
+    capacity: { slots: 8, busySlots: 0, queued: 0, reservedSlots: 0 },
+    pricePer1kTokensMicro: 0,
+    hardware: { cpu: 'x', cores: 1, memoryGB: 1, gpu: null },
+    ptnCertificates: [],
+    agent: null,
+    demand: [],
+    timestamp: Date.now(),
+    ...overrides
+  }
+}
+
+/** The node dropped the hostile peer and refuses it from now on. */
+async function assertDisconnectedAndBanned (node: TestNode, hostile: Hostile): Promise<void> {
+  const peerId = peerIdFromIdentity(hostile.identity)
+  await waitFor(() => node.node.network.host.getConnections(peerId).length === 0, { what: 'the node to hang up on the hostile peer' })
+  assert.equal(node.node.network.isKnownPeer(hostile.identity.nodeID), false)
+  assert.equal(node.node.network.isBanned(hostile.identity.nodeID), true)
+  await assert.rejects(async () => {
+    const connection = await hostile.host.dial(directAddrs(node), { signal: AbortSignal.timeout(5_000) })
+    // An encrypted connection the gater refuses is closed right after the handshake; a stream on it must fail.
+    await connection.newStream(INFER_PROTOCOL, { signal: AbortSignal.timeout(5_000) })
+  }, 'a banned peer cannot come back')
+}
+
+test('hostile peers: malformed, oversized, invalid and unsigned or forged messages are refused; the node keeps serving', { timeout: 90_000 }, async (t) => {
+  const relay = await startTestRelay(t)
+  const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
+  const server = await startTestNode(t, { network: FAST_NETWORK })
+  await server.node.engine.load(MODEL, path)
+  await server.api.patch('/v1/app/settings', wanSettings(relay))
+  const client = await startTestNode(t, { network: FAST_NETWORK })
+  await client.api.patch('/v1/app/settings', wanSettings(relay))
+  await waitForPeers(client, [server.nodeID])
+  const openai = new OpenAI({ baseURL: `${client.node.url}/v1`, apiKey: 'x', maxRetries: 0 })
+
+  for (const [name, send] of [
+    ['malformed frame (not JSON)', async (frames: ReturnType<typeof openFrames>) => { await frames.lp.write(new TextEncoder().encode('{"modelID": "tiny-chat", ')) }],
+    ['oversized frame (a 3 MiB length prefix)', async (frames: ReturnType<typeof openFrames>) => { await frames.lp.write(new Uint8Array(3 * 1024 * 1024).fill(0x20)) }],
+    ['invalid request (wrong shape)', async (frames: ReturnType<typeof openFrames>) => { await writeMessage(frames, { modelID: MODEL, request: { messages: 'hi' }, ptnID: null }) }]
+  ] as const) {
+    await t.test(`${name} on the inference protocol`, async () => {
+      const hostile = await hostilePeer(t)
+      await connect(hostile, server)
+      const stream = await hostile.host.dialProtocol(peerIdFromIdentity(server.node.identity), INFER_PROTOCOL)
+      const frames = openFrames(stream, { maxFrameBytes: 8 * 1024 * 1024 })
+      await send(frames).catch(() => undefined)   // the node may reset the stream while we are still writing
+      await assert.rejects(readMessage(frames, z.unknown(), { timeoutMs: 10_000 }), 'no answer but a reset')
+      await assertDisconnectedAndBanned(server, hostile)
+    })
+  }
+
+  const forgeries: Array<[string, (hostile: Hostile) => unknown]> = [
+    ['signed by another key', (hostile) => {
+      const other = identityFromSeed(generateSeed())
+      return { ...signEnvelope(other, record(hostile.identity), { domain: CAPABILITIES_PROTOCOL }), signer: hostile.identity.nodeID }
+    }],
+    ['a valid signature over other content', (hostile) => ({ ...signCapabilities(hostile.identity, record(hostile.identity)), body: record(hostile.identity, { pricePer1kTokensMicro: 1 }) })],
+    ['unsigned', (hostile) => ({ body: record(hostile.identity), signer: hostile.identity.nodeID })],
+    ['signed for another protocol', (hostile) => signEnvelope(hostile.identity, record(hostile.identity), { domain: INFER_PROTOCOL })],
+    ['claiming another node', (hostile) => signCapabilities(hostile.identity, record(hostile.identity, { nodeID: server.nodeID }))]
+  ]
+  for (const [name, forge] of forgeries) {
+    await t.test(`a capability record ${name} keeps the peer out of the table`, async () => {
+      const hostile = await hostilePeer(t)
+      let served = 0
+      await handleProtocol(hostile.host, CAPABILITIES_PROTOCOL, async (stream) => {
+        served++
+        const frames = openFrames(stream)
+        await readMessage(frames, z.unknown())
+        await writeMessage(frames, forge(hostile))
+        await stream.close()
+      }, { maxInboundStreams: 4 })
+      await connect(hostile, server)
+      await waitFor(() => served > 0, { what: 'the node to fetch the hostile record' })
+      await assertDisconnectedAndBanned(server, hostile)
+      assert.ok(!(await server.api.get('/v1/app/peers')).body.peers.some((p: { nodeID: string }) => p.nodeID === hostile.identity.nodeID))
+    })
+  }
+
+  await t.test('the node still serves: health, and its peer\'s chat request', async () => {
+    assert.equal((await server.api.get('/health')).status, 200)
+    assert.ok(client.node.network.isKnownPeer(server.nodeID))
+    const { data, response } = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }).withResponse()
+    assert.equal(response.headers.get('x-served-by'), `peer:${server.nodeID}`)
+    assert.equal(data.usage?.completion_tokens, 4)
+  })
+})
