@@ -1,0 +1,59 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
+import type { SolanaWallet, Wallet, WalletTransaction } from '../../wallet/index.ts'
+import { ErrorEnvelope, errorResponses } from '../schemas/common.ts'
+import {
+  ChainStatus, SendBody, SendResult, TransactionList, TransactionsQuery, WalletSummary, creditsToMicro, microToCredits,
+  type WalletTransaction as WalletTransactionBody
+} from '../schemas/wallet.ts'
+
+export interface WalletRoutesOptions {
+  wallet: Wallet
+  solana: SolanaWallet
+}
+
+export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (app, { wallet, solana }) => {
+  const tags = ['wallet']
+  const errors = { ...errorResponses, 402: ErrorEnvelope }
+
+  app.get('/v1/app/wallet', { schema: { tags, response: { 200: WalletSummary, ...errors } } }, async () => {
+    const totals = wallet.summary()
+    return {
+      currentBalance: microToCredits(totals.balanceMicro),
+      totalEarned: microToCredits(totals.earnedMicro),
+      totalSpent: microToCredits(totals.spentMicro),
+      transactionCount: totals.transactionCount,
+      pendingTransfers: totals.pendingTransfers
+    }
+  })
+
+  app.get('/v1/app/wallet/transactions', {
+    schema: { tags, querystring: TransactionsQuery, response: { 200: TransactionList, ...errors } }
+  }, async (request) => ({ transactions: wallet.transactions(request.query.limit).map(toBody) }))
+
+  app.post('/v1/app/wallet/send', { schema: { tags, body: SendBody, response: { 200: SendResult, ...errors } } }, async (request) => {
+    const { amount, peerID, memo } = request.body
+    const result = wallet.send({ peerID, amountMicro: creditsToMicro(amount), memo: memo ?? '' })
+    return {
+      transactionID: result.transactionID,
+      amount: microToCredits(result.amountMicro),
+      peerID: result.peerID,
+      newBalance: microToCredits(result.balanceMicro)
+    }
+  })
+
+  // Spec §4.6 writes the on-chain path as the neutral `chain`; the bridge targets Solana, so both names answer.
+  for (const url of ['/v1/app/wallet/solana', '/v1/app/wallet/chain']) {
+    app.get(url, { schema: { tags, response: { 200: ChainStatus, ...errors } } }, async () => await solana.status())
+  }
+}
+
+function toBody (transaction: WalletTransaction): WalletTransactionBody {
+  return {
+    id: transaction.id,
+    type: transaction.type,
+    amount: microToCredits(transaction.amountMicro),
+    peerID: transaction.peerID,
+    memo: transaction.memo,
+    timestamp: transaction.timestamp
+  }
+}

@@ -1,0 +1,74 @@
+import { z } from 'zod'
+import { IsoTime, SNAKE_ALIASES, withAliases } from './common.ts'
+
+// Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it (CONTRACT §1).
+const MICRO_PER_CREDIT = 1_000_000
+/** The most one send may move: 10^9 credits (the transfer protocol's limit). */
+export const MAX_SEND_CREDITS = 1_000_000_000
+export const MAX_MEMO_CHARS = 256
+
+export function creditsToMicro (credits: number): number {
+  return Math.round(credits * MICRO_PER_CREDIT)
+}
+
+export function microToCredits (micro: number): number {
+  return micro / MICRO_PER_CREDIT
+}
+
+/** True when `credits` has at most 6 decimals, i.e. is a whole number of micro-credits. */
+function wholeMicro (credits: number): boolean {
+  return creditsToMicro(credits) / MICRO_PER_CREDIT === credits
+}
+
+/** Spec §2.5, plus `pendingTransfers` (an addition): sends and payments debited here that the payee has not acknowledged. */
+export const WalletSummary = z.object({
+  currentBalance: z.number(),
+  totalEarned: z.number(),
+  totalSpent: z.number(),
+  transactionCount: z.number().int(),
+  pendingTransfers: z.number().int()
+})
+export type WalletSummary = z.infer<typeof WalletSummary>
+
+/** Spec §2.6. `peerID` is null for the grant. */
+export const WalletTransaction = z.object({
+  id: z.string(),
+  type: z.enum(['earn', 'spend', 'grant']),
+  amount: z.number(),
+  peerID: z.string().nullable(),
+  memo: z.string(),
+  timestamp: IsoTime
+})
+export type WalletTransaction = z.infer<typeof WalletTransaction>
+
+export const TransactionList = z.object({ transactions: z.array(WalletTransaction) })
+export type TransactionList = z.infer<typeof TransactionList>
+
+/** CONTRACT §8: default 20, 1 to 500, an integer; anything else is a 400 (never clamped). */
+export const TransactionsQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(500).default(20)
+})
+
+export const SendBody = withAliases(z.object({
+  amount: z.number().positive().max(MAX_SEND_CREDITS).refine(wholeMicro, { message: 'must have at most 6 decimals' }),
+  peerID: z.string().min(1).max(256),
+  memo: z.string().max(MAX_MEMO_CHARS).nullish()
+}), SNAKE_ALIASES)
+export type SendBody = z.infer<typeof SendBody>
+
+/** Spec §2.7. */
+export const SendResult = z.object({
+  transactionID: z.string(),
+  amount: z.number(),
+  peerID: z.string(),
+  newBalance: z.number()
+})
+export type SendResult = z.infer<typeof SendResult>
+
+/** Spec §2.8: `balance` in SOL, null when the RPC endpoint did not answer (`disconnected`). */
+export const ChainStatus = z.object({
+  address: z.string(),
+  balance: z.number().nullable(),
+  status: z.enum(['connected', 'disconnected'])
+})
+export type ChainStatus = z.infer<typeof ChainStatus>

@@ -1,0 +1,233 @@
+import { randomUUID } from 'node:crypto'
+import type { StatementSync } from 'node:sqlite'
+import { InsufficientCreditsError } from '../errors.ts'
+import { inTransaction, type Database } from '../store/index.ts'
+
+/** CONTRACT §6: a new node starts with 100 credits. */
+export const GRANT_MICRO = 100_000_000
+export const MICRO_PER_CREDIT = 1_000_000
+/** The CHECK constraint's ceiling: above 2^53 a JSON number (and node:sqlite's number) is no longer exact. */
+const MAX_BALANCE_MICRO = Number.MAX_SAFE_INTEGER
+
+export type TransactionType = 'earn' | 'spend' | 'grant'
+
+export interface WalletTransaction {
+  id: string
+  type: TransactionType
+  amountMicro: number
+  /** The counterparty; null for the grant. */
+  peerID: string | null
+  memo: string
+  timestamp: string
+}
+
+export interface WalletTotals {
+  balanceMicro: number
+  earnedMicro: number
+  spentMicro: number
+  transactionCount: number
+  /** Outgoing transfers debited here and not yet acknowledged by their payee. */
+  pendingTransfers: number
+}
+
+/** An outgoing transfer as the outbox delivers it. `envelope` is the signed transfer exactly as first signed. */
+export interface OutgoingTransfer {
+  id: string
+  peerID: string
+  amountMicro: number
+  envelope: string
+  attempts: number
+}
+
+/** A transfer debited or credited by the ledger, as the caller hands it in (already signed, for outgoing ones). */
+export interface TransferRecord {
+  id: string
+  peerID: string
+  amountMicro: number
+  memo: string
+  createdAt: string
+  /** JSON of the signed envelope: redelivered as is, and compared on a repeated id. */
+  envelope: string
+}
+
+/**
+ * - `applied`: credited now; `duplicate`: credited before, nothing changed
+ * - `conflict`: the id is known with other content (or is one of our own outgoing ids): refused
+ * - `over_limit`: crediting it would take the balance past 2^53 micro-credits: refused
+ */
+export type ReceiveResult = 'applied' | 'duplicate' | 'conflict' | 'over_limit'
+
+/**
+ * The node's credits in SQLite (CONTRACT §6, §8). Every rule is enforced in one IMMEDIATE transaction here, with a
+ * constraint behind it: the balance never goes below zero (`UPDATE … WHERE balance >= …`, CHECK), a transfer id is
+ * applied at most once on each side (PRIMARY KEY), the grant happens once (a unique partial index). The transaction
+ * log is append-only: nothing here updates or deletes a transaction.
+ */
+export class Ledger {
+  readonly #db: Database
+  readonly #balance: StatementSync
+  readonly #debit: StatementSync
+  readonly #credit: StatementSync
+  readonly #insertTransaction: StatementSync
+  readonly #insertTransfer: StatementSync
+  readonly #findTransfer: StatementSync
+  readonly #findGrant: StatementSync
+  readonly #totals: StatementSync
+  readonly #pendingCount: StatementSync
+  readonly #list: StatementSync
+  readonly #due: StatementSync
+  readonly #nextAttempt: StatementSync
+  readonly #acknowledge: StatementSync
+  readonly #deferOne: StatementSync
+  readonly #duePeers: StatementSync
+  readonly #retryNow: StatementSync
+
+  constructor (deps: { db: Database }) {
+    const db = this.#db = deps.db
+    this.#balance = db.prepare('SELECT balance_micro FROM wallet_balance WHERE id = 1')
+    // The balance check and the debit are one statement: it changes no row when the balance, less what is held for
+    // requests in flight, does not cover the amount.
+    this.#debit = db.prepare('UPDATE wallet_balance SET balance_micro = balance_micro - ? WHERE id = 1 AND balance_micro - ? >= ?')
+    this.#credit = db.prepare('UPDATE wallet_balance SET balance_micro = balance_micro + ? WHERE id = 1 AND balance_micro + ? <= ?')
+    this.#insertTransaction = db.prepare('INSERT INTO wallet_transactions (id, type, amount_micro, peer_id, memo, timestamp) VALUES (?, ?, ?, ?, ?, ?)')
+    this.#insertTransfer = db.prepare(`INSERT INTO wallet_transfers (id, direction, peer_id, amount_micro, envelope, state, settled_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?)`)
+    this.#findTransfer = db.prepare('SELECT direction, peer_id, envelope FROM wallet_transfers WHERE id = ?')
+    this.#findGrant = db.prepare("SELECT 1 FROM wallet_transactions WHERE type = 'grant'")
+    this.#totals = db.prepare(`SELECT
+        COALESCE(SUM(CASE WHEN type = 'earn' THEN amount_micro END), 0) AS earned,
+        COALESCE(SUM(CASE WHEN type = 'spend' THEN amount_micro END), 0) AS spent,
+        COUNT(*) AS count
+      FROM wallet_transactions`)
+    this.#pendingCount = db.prepare("SELECT COUNT(*) AS count FROM wallet_transfers WHERE state = 'pending'")
+    this.#list = db.prepare('SELECT id, type, amount_micro, peer_id, memo, timestamp FROM wallet_transactions ORDER BY seq DESC LIMIT ?')
+    this.#due = db.prepare(`SELECT id, peer_id, amount_micro, envelope, attempts FROM wallet_transfers
+      WHERE state = 'pending' AND next_attempt_ms <= ? AND (? IS NULL OR peer_id = ?) ORDER BY next_attempt_ms, rowid LIMIT ?`)
+    this.#nextAttempt = db.prepare("SELECT MIN(next_attempt_ms) AS next FROM wallet_transfers WHERE state = 'pending'")
+    this.#acknowledge = db.prepare("UPDATE wallet_transfers SET state = 'acknowledged', settled_at = ?, last_error = NULL WHERE id = ? AND state = 'pending'")
+    this.#deferOne = db.prepare("UPDATE wallet_transfers SET attempts = attempts + 1, next_attempt_ms = ?, last_error = ? WHERE id = ? AND state = 'pending'")
+    this.#duePeers = db.prepare("SELECT DISTINCT peer_id FROM wallet_transfers WHERE state = 'pending' AND next_attempt_ms <= ?")
+    this.#retryNow = db.prepare("UPDATE wallet_transfers SET next_attempt_ms = 0 WHERE state = 'pending' AND peer_id = ?")
+    this.#ensureGrant()
+  }
+
+  balanceMicro (): number {
+    return (this.#balance.get() as { balance_micro: number }).balance_micro
+  }
+
+  totals (): WalletTotals {
+    const row = this.#totals.get() as { earned: number, spent: number, count: number }
+    return {
+      balanceMicro: this.balanceMicro(),
+      earnedMicro: row.earned,
+      spentMicro: row.spent,
+      transactionCount: row.count,
+      pendingTransfers: (this.#pendingCount.get() as { count: number }).count
+    }
+  }
+
+  /** Newest first. */
+  transactions (limit: number): WalletTransaction[] {
+    const rows = this.#list.all(limit) as Array<{ id: string, type: TransactionType, amount_micro: number, peer_id: string | null, memo: string, timestamp: string }>
+    return rows.map((row) => ({ id: row.id, type: row.type, amountMicro: row.amount_micro, peerID: row.peer_id, memo: row.memo, timestamp: row.timestamp }))
+  }
+
+  /**
+   * Debits an outgoing transfer and queues it for delivery, in one transaction: the `spend` and the outbox row exist
+   * together or not at all. `heldMicro` (credits held for requests in flight) must stay covered after the debit.
+   * Throws InsufficientCreditsError and changes nothing when the balance does not cover it.
+   */
+  send (transfer: TransferRecord, options: { heldMicro?: number } = {}): { balanceMicro: number, transaction: WalletTransaction } {
+    const held = options.heldMicro ?? 0
+    return inTransaction(this.#db, () => {
+      if (this.#debit.run(transfer.amountMicro, transfer.amountMicro, held).changes === 0) {
+        const balance = this.balanceMicro()
+        throw new InsufficientCreditsError(`Insufficient credits: need ${formatCredits(transfer.amountMicro)}, have ${formatCredits(Math.max(0, balance - held))}` +
+          (held > 0 ? ` available (${formatCredits(held)} held for requests in flight)` : ''))
+      }
+      this.#insertTransfer.run(transfer.id, 'outgoing', transfer.peerID, transfer.amountMicro, transfer.envelope, 'pending', null)
+      const transaction = this.#append(transfer.id, 'spend', transfer.amountMicro, transfer.peerID, transfer.memo, transfer.createdAt)
+      return { balanceMicro: this.balanceMicro(), transaction }
+    })
+  }
+
+  /**
+   * Credits an incoming transfer at most once. A transfer id seen before with the same signed content is a
+   * `duplicate` (a retry or a replay: acknowledged again, applied once); with other content, or one of our own
+   * outgoing ids, a `conflict` (refused). Committed before it returns, so an acknowledgement never precedes it.
+   */
+  receive (transfer: TransferRecord): ReceiveResult {
+    return inTransaction(this.#db, () => {
+      const seen = this.#findTransfer.get(transfer.id) as { direction: string, peer_id: string, envelope: string } | undefined
+      if (seen != null) {
+        return seen.direction === 'incoming' && seen.peer_id === transfer.peerID && sameTransfer(seen.envelope, transfer.envelope) ? 'duplicate' : 'conflict'
+      }
+      if (this.#credit.run(transfer.amountMicro, transfer.amountMicro, MAX_BALANCE_MICRO).changes === 0) return 'over_limit'
+      const now = new Date().toISOString()
+      this.#insertTransfer.run(transfer.id, 'incoming', transfer.peerID, transfer.amountMicro, transfer.envelope, 'received', now)
+      this.#append(transfer.id, 'earn', transfer.amountMicro, transfer.peerID, transfer.memo, now)
+      return 'applied'
+    })
+  }
+
+  /** Outgoing transfers due for (re)delivery at `nowMs`, oldest first; of one peer when `peerID` is given. */
+  dueTransfers (nowMs: number, options: { peerID?: string, limit: number }): OutgoingTransfer[] {
+    const peer = options.peerID ?? null
+    const rows = this.#due.all(nowMs, peer, peer, options.limit) as Array<{ id: string, peer_id: string, amount_micro: number, envelope: string, attempts: number }>
+    return rows.map((row) => ({ id: row.id, peerID: row.peer_id, amountMicro: row.amount_micro, envelope: row.envelope, attempts: row.attempts }))
+  }
+
+  /** Peers with outgoing transfers due at `nowMs`. */
+  duePeers (nowMs: number): string[] {
+    return (this.#duePeers.all(nowMs) as Array<{ peer_id: string }>).map((row) => row.peer_id)
+  }
+
+  /** Makes every pending transfer to `peerID` due now (the peer is back: no reason to wait out the backoff). */
+  retryNow (peerID: string): void {
+    this.#retryNow.run(peerID)
+  }
+
+  /** When the earliest pending transfer is due, in Unix ms; null when nothing is pending. */
+  nextAttemptMs (): number | null {
+    return (this.#nextAttempt.get() as { next: number | null }).next
+  }
+
+  /** The payee acknowledged it: never sent again. Idempotent. */
+  markAcknowledged (id: string): void {
+    this.#acknowledge.run(new Date().toISOString(), id)
+  }
+
+  /** Not acknowledged this time: try again at `nextAttemptMs`. The debit stands (a transfer is never refunded). */
+  deferTransfers (ids: string[], nextAttemptMs: number, reason: string): void {
+    inTransaction(this.#db, () => {
+      for (const id of ids) this.#deferOne.run(nextAttemptMs, reason.slice(0, 500), id)
+    })
+  }
+
+  /** CONTRACT §6: the 100-credit grant, once per database; the unique index on grant rows stops a second one. */
+  #ensureGrant (): void {
+    inTransaction(this.#db, () => {
+      if (this.#findGrant.get() != null) return
+      this.#credit.run(GRANT_MICRO, GRANT_MICRO, MAX_BALANCE_MICRO)
+      this.#append(randomUUID(), 'grant', GRANT_MICRO, null, 'welcome grant', new Date().toISOString())
+    })
+  }
+
+  #append (id: string, type: TransactionType, amountMicro: number, peerID: string | null, memo: string, timestamp: string): WalletTransaction {
+    this.#insertTransaction.run(id, type, amountMicro, peerID, memo, timestamp)
+    return { id, type, amountMicro, peerID, memo, timestamp }
+  }
+}
+
+/** Two envelopes of one transfer id are the same transfer when their signed bodies are equal. */
+function sameTransfer (a: string, b: string): boolean {
+  const bodyOf = (json: string): string => {
+    const body = (JSON.parse(json) as { body: Record<string, unknown> }).body
+    return JSON.stringify(body, Object.keys(body).sort()) // a transfer body is flat: sorting its keys makes it canonical
+  }
+  return bodyOf(a) === bodyOf(b)
+}
+
+export function formatCredits (micro: number): string {
+  return (micro / MICRO_PER_CREDIT).toFixed(6).replace(/\.?0+$/, '')
+}

@@ -1,0 +1,260 @@
+import { randomUUID } from 'node:crypto'
+import type { Stream } from '@libp2p/interface'
+import type { Logger } from 'pino'
+import { InsufficientCreditsError, InvalidInputError, NotFoundError } from '../errors.ts'
+import type { NodeIdentity } from '../identity/index.ts'
+import {
+  MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, ProtocolError, TRANSFER_HANDLER_OPTIONS, TRANSFER_PROTOCOL,
+  createTransferHandler, deliverTransfers, signTransfer, type SignedEnvelope, type Transfer
+} from '../network/index.ts'
+import { formatCredits, type Ledger, type WalletTotals, type WalletTransaction } from './ledger.ts'
+import { TransferOutbox, type TransferOutboxOptions } from './outbox.ts'
+import { inferenceCostMicro } from './pricing.ts'
+
+const NODE_ID = /^[0-9a-f]{64}$/
+/** Deadline for reaching a payee and opening the transfer stream; the outbox retries after it. */
+const OPEN_TIMEOUT_MS = 15_000
+/** Tokens a paid request without `max_tokens` is assumed to need, for the credits held before it goes out. */
+export const DEFAULT_HOLD_TOKENS = 1024
+
+/** What the wallet uses of the peer network (PeerNetwork). */
+export interface WalletNetwork {
+  handle (protocol: string, handler: (stream: Stream, peer: { nodeID: string }) => Promise<void>, options: { maxInboundStreams: number }): Promise<void>
+  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
+  isKnownPeer (nodeID: string): boolean
+}
+
+export interface WalletDeps {
+  ledger: Ledger
+  identity: NodeIdentity
+  network: WalletNetwork
+  log: Logger
+}
+
+export type WalletOptions = TransferOutboxOptions
+
+export interface SendRequest {
+  peerID: string
+  amountMicro: number
+  /** @default '' */
+  memo?: string
+}
+
+export interface SendResult {
+  transactionID: string
+  amountMicro: number
+  peerID: string
+  balanceMicro: number
+}
+
+export interface InferencePayment {
+  peerID: string
+  modelID: string
+  /** The price the peer advertised in its signed capability record. */
+  pricePer1kMicro: number
+  /** Tokens the peer actually generated (its reported usage). */
+  completionTokens: number
+}
+
+/** A paid request about to go to a peer, as the router describes it. */
+export interface InferenceChargeRequest {
+  peerID: string
+  modelID: string
+  pricePer1kTokensMicro: number
+  /** The request's `max_tokens`; null when it has none. */
+  maxTokens: number | null
+}
+
+/** The credits of one paid request: settled with the peer's reported usage, or released when nothing is owed. */
+export interface InferenceCharge {
+  settle (usage: { completionTokens: number }): WalletTransaction | null
+  release (): void
+}
+
+/**
+ * Credits held for a paid request in flight, so that concurrent requests and sends cannot spend them meanwhile.
+ * Held in memory only: a crash before paying simply frees them, since nothing was paid yet.
+ */
+export interface CreditHold {
+  readonly amountMicro: number
+  /** Frees the held credits. Idempotent. */
+  release (): void
+}
+
+/**
+ * The node's wallet (spec §2.5–2.8, CONTRACT §6, §8): sends and inference payments become signed transfers,
+ * debited at once and delivered by the outbox until the payee acknowledges; transfers from peers are verified and
+ * credited at most once. Amounts are integer micro-credits throughout.
+ */
+export class Wallet {
+  readonly #ledger: Ledger
+  readonly #identity: NodeIdentity
+  readonly #network: WalletNetwork
+  readonly #log: Logger
+  readonly #outbox: TransferOutbox
+  #heldMicro = 0
+
+  constructor (deps: WalletDeps, options: WalletOptions = {}) {
+    this.#ledger = deps.ledger
+    this.#identity = deps.identity
+    this.#network = deps.network
+    this.#log = deps.log
+    this.#outbox = new TransferOutbox({
+      ledger: deps.ledger,
+      log: deps.log,
+      deliver: async (peerID, envelopes, { signal }) => {
+        const stream = await this.#network.open(peerID, TRANSFER_PROTOCOL, { signal: AbortSignal.any([signal, AbortSignal.timeout(OPEN_TIMEOUT_MS)]) })
+        return await deliverTransfers(stream, envelopes, { signal })
+      }
+    }, options)
+  }
+
+  /** Accepts transfers from peers and resumes delivering ours, including those pending from before a restart. */
+  async start (): Promise<void> {
+    await this.#network.handle(TRANSFER_PROTOCOL, createTransferHandler({
+      identity: this.#identity,
+      receive: (transfer, envelope) => this.#receive(transfer, envelope),
+      log: this.#log
+    }), TRANSFER_HANDLER_OPTIONS)
+    this.#outbox.start()
+  }
+
+  async stop (): Promise<void> {
+    await this.#outbox.stop()
+  }
+
+  /** A peer (re)connected: deliver what we owe it now instead of after its backoff. */
+  peerConnected (peerID: string): void {
+    if (this.#ledger.duePeers(Number.MAX_SAFE_INTEGER).includes(peerID)) this.#outbox.kick(peerID, { ignoreBackoff: true })
+  }
+
+  balanceMicro (): number {
+    return this.#ledger.balanceMicro()
+  }
+
+  /** Balance less the credits held for paid requests in flight. */
+  availableMicro (): number {
+    return Math.max(0, this.#ledger.balanceMicro() - this.#heldMicro)
+  }
+
+  summary (): WalletTotals {
+    return this.#ledger.totals()
+  }
+
+  /** Newest first; `limit` 1 to 500 (CONTRACT §8). */
+  transactions (limit: number): WalletTransaction[] {
+    if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new InvalidInputError(`limit must be an integer from 1 to 500, not ${limit}`, 'limit')
+    return this.#ledger.transactions(limit)
+  }
+
+  /**
+   * Sends credits to a known peer: debited now (402 when the available balance does not cover it), delivered as a
+   * signed transfer until the peer acknowledges it, never refunded.
+   */
+  send (request: SendRequest): SendResult {
+    const { peerID, amountMicro } = request
+    const memo = request.memo ?? ''
+    if (!Number.isSafeInteger(amountMicro) || amountMicro <= 0 || amountMicro > MAX_TRANSFER_MICRO) {
+      throw new InvalidInputError(`amount must be more than 0 and at most ${formatCredits(MAX_TRANSFER_MICRO)} credits`, 'amount')
+    }
+    if (memo.length > MAX_TRANSFER_MEMO_CHARS) throw new InvalidInputError(`memo must be at most ${MAX_TRANSFER_MEMO_CHARS} characters`, 'memo')
+    this.#assertPayee(peerID)
+    const transfer = this.#transfer(peerID, amountMicro, memo)
+    const { balanceMicro } = this.#ledger.send(transfer, { heldMicro: this.#heldMicro })
+    this.#outbox.kick(peerID)
+    return { transactionID: transfer.id, amountMicro, peerID, balanceMicro }
+  }
+
+  /**
+   * Holds `amountMicro` (the most a paid request can cost: price × max tokens) before the request goes out, so a
+   * requester that cannot pay gets InsufficientCreditsError before any work starts.
+   */
+  hold (amountMicro: number): CreditHold {
+    if (!Number.isSafeInteger(amountMicro) || amountMicro < 0) throw new RangeError(`Invalid amount to hold: ${amountMicro}`)
+    const available = this.availableMicro()
+    if (amountMicro > available) {
+      throw new InsufficientCreditsError(`Insufficient credits: this request may cost up to ${formatCredits(amountMicro)}, ` +
+        `${formatCredits(available)} available`)
+    }
+    this.#heldMicro += amountMicro
+    let open = true
+    return {
+      amountMicro,
+      release: () => {
+        if (!open) return
+        open = false
+        this.#heldMicro -= amountMicro
+      }
+    }
+  }
+
+  /**
+   * Holds the most a paid request may cost (price × `maxTokens`, or × DEFAULT_HOLD_TOKENS without one) before it
+   * goes out: InsufficientCreditsError (402) when the available balance does not cover it, before any peer works.
+   * `settle` pays `ceil(price × completionTokens / 1000)`, at most the cost of `maxTokens` (a peer is not paid for
+   * tokens it was not asked for) and at most what the balance holds (a request without `maxTokens` may outrun its hold).
+   */
+  openInferenceCharge (request: InferenceChargeRequest): InferenceCharge {
+    const { peerID, modelID, pricePer1kTokensMicro: pricePer1kMicro, maxTokens } = request
+    const hold = this.hold(inferenceCostMicro(pricePer1kMicro, maxTokens ?? DEFAULT_HOLD_TOKENS))
+    const capMicro = maxTokens == null ? null : hold.amountMicro
+    return {
+      settle: (usage) => {
+        hold.release()
+        return this.#pay({ peerID, modelID, pricePer1kMicro, completionTokens: usage.completionTokens }, { capMicro, upToBalance: true })
+      },
+      release: () => { hold.release() }
+    }
+  }
+
+  /**
+   * Pays a peer for an inference it served: `ceil(price × completionTokens / 1000)` micro-credits as a signed
+   * transfer with memo `inference: <modelID>`. Null when nothing is owed (no tokens); InsufficientCreditsError
+   * when the balance does not cover it. `openInferenceCharge` is the way that checks the balance before the request.
+   */
+  payForInference (payment: InferencePayment): WalletTransaction | null {
+    return this.#pay(payment, { capMicro: null, upToBalance: false })
+  }
+
+  #pay (payment: InferencePayment, options: { capMicro: number | null, upToBalance: boolean }): WalletTransaction | null {
+    const full = inferenceCostMicro(payment.pricePer1kMicro, payment.completionTokens)
+    // A peer is paid for at most the tokens we asked for: what it generated beyond them was not agreed.
+    const agreed = options.capMicro == null ? full : Math.min(full, options.capMicro)
+    // No await between this read and the debit below: nothing else can spend meanwhile.
+    const amountMicro = options.upToBalance ? Math.min(agreed, this.availableMicro()) : agreed
+    if (amountMicro === 0) return null
+    if (payment.peerID === this.#identity.nodeID) throw new InvalidInputError('A node does not pay itself', 'peerID')
+    if (!NODE_ID.test(payment.peerID)) throw new InvalidInputError(`Invalid peerID ${JSON.stringify(payment.peerID)}`, 'peerID')
+    const transfer = this.#transfer(payment.peerID, Math.min(amountMicro, MAX_TRANSFER_MICRO), `inference: ${payment.modelID}`.slice(0, MAX_TRANSFER_MEMO_CHARS))
+    const { transaction } = this.#ledger.send(transfer, { heldMicro: this.#heldMicro })
+    this.#outbox.kick(payment.peerID)
+    if (amountMicro < full) this.#log.warn({ peerID: payment.peerID, owedMicro: full, paidMicro: amountMicro }, 'paid less than the tokens generated cost: more than was asked for, or more than the balance holds')
+    return transaction
+  }
+
+  #assertPayee (peerID: string): void {
+    if (!NODE_ID.test(peerID)) throw new InvalidInputError(`Invalid peerID ${JSON.stringify(peerID)}: expected a nodeID (64 hex characters)`, 'peerID')
+    if (peerID === this.#identity.nodeID) throw new InvalidInputError('Cannot send credits to this node itself', 'peerID')
+    if (!this.#network.isKnownPeer(peerID)) throw new NotFoundError(`Peer not found: ${peerID}`)
+  }
+
+  #transfer (peerID: string, amountMicro: number, memo: string): { id: string, peerID: string, amountMicro: number, memo: string, createdAt: string, envelope: string } {
+    const body: Transfer = { id: randomUUID(), from: this.#identity.nodeID, to: peerID, amountMicro, memo, createdAt: new Date().toISOString() }
+    return { id: body.id, peerID, amountMicro, memo, createdAt: body.createdAt, envelope: JSON.stringify(signTransfer(this.#identity, body)) }
+  }
+
+  #receive (transfer: Transfer, envelope: SignedEnvelope): 'applied' | 'duplicate' {
+    const result = this.#ledger.receive({
+      id: transfer.id,
+      peerID: transfer.from,
+      amountMicro: transfer.amountMicro,
+      memo: transfer.memo,
+      createdAt: transfer.createdAt,
+      envelope: JSON.stringify(envelope)
+    })
+    if (result === 'conflict') throw new ProtocolError(`Transfer id ${transfer.id} is already used by another transfer`, 'refused')
+    if (result === 'over_limit') throw new ProtocolError(`Transfer ${transfer.id} would take the balance past its limit`, 'refused')
+    if (result === 'applied') this.#log.info({ peerID: transfer.from, transferID: transfer.id, amountMicro: transfer.amountMicro }, 'credits received')
+    return result
+  }
+}
