@@ -1,0 +1,53 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
+import type { PtnService } from '../../ptn/index.ts'
+import { errorResponses } from '../schemas/common.ts'
+import {
+  CertificateResult, CreatePtnBody, CreatedPtn, ImportCaKeyBody, Imported, Invite, IssueCertBody, JoinBody, JoinWithCertBody,
+  Joined, LeaveBody, Left, MembershipList, PromoteAdminBody, Promoted, PtnIDBody, Recovered
+} from '../schemas/ptn.ts'
+import { clientGone } from '../sse.ts'
+
+/** Spec §4.5: private trusted networks. Steps that reach other nodes stop when the client goes away. */
+export const ptnRoutes: FastifyPluginAsyncZod<{ ptn: PtnService }> = async (app, { ptn }) => {
+  const tags = ['ptn']
+
+  app.get('/v1/app/ptn', { schema: { tags, response: { 200: MembershipList, ...errorResponses } } }, async () => {
+    return { memberships: ptn.list() }
+  })
+
+  app.post('/v1/app/ptn/create', { schema: { tags, body: CreatePtnBody, response: { 200: CreatedPtn, ...errorResponses } } }, async (request) => {
+    return ptn.create(request.body.name)
+  })
+
+  app.post('/v1/app/ptn/invite', { schema: { tags, body: PtnIDBody, response: { 200: Invite, ...errorResponses } } }, async (request) => {
+    return ptn.invite(request.body.ptnID)
+  })
+
+  app.post('/v1/app/ptn/issue-cert', { schema: { tags, body: IssueCertBody, response: { 200: CertificateResult, ...errorResponses } } }, async (request) => {
+    return ptn.issueCertificate(request.body.ptnID, request.body.nodeID, request.body.role)
+  })
+
+  app.post('/v1/app/ptn/join-with-cert', { schema: { tags, body: JoinWithCertBody, response: { 200: Joined, ...errorResponses } } }, async (request) => {
+    return ptn.joinWithCertificate(request.body.certData)
+  })
+
+  app.post('/v1/app/ptn/join', { schema: { tags, body: JoinBody, response: { 200: Joined, ...errorResponses } } }, async (request, reply) => {
+    return await ptn.join(request.body.inviteCode, { signal: clientGone(reply) })
+  })
+
+  app.post('/v1/app/ptn/leave', { schema: { tags, body: LeaveBody, response: { 200: Left, ...errorResponses } } }, async (request, reply) => {
+    return await ptn.leave(request.body.ptnID, { force: request.body.force, signal: clientGone(reply) })
+  })
+
+  app.post('/v1/app/ptn/promote-admin', { schema: { tags, body: PromoteAdminBody, response: { 200: Promoted, ...errorResponses } } }, async (request, reply) => {
+    return await ptn.promoteAdmin(request.body.ptnID, request.body.nodeID, { signal: clientGone(reply) })
+  })
+
+  app.post('/v1/app/ptn/import-ca-key', { schema: { tags, body: ImportCaKeyBody, response: { 200: Imported, ...errorResponses } } }, async (request) => {
+    return ptn.importCaKey(request.body.ptnID, request.body.caKeyHex)
+  })
+
+  app.post('/v1/app/ptn/recover', { schema: { tags, body: PtnIDBody, response: { 200: Recovered, ...errorResponses } } }, async (request, reply) => {
+    return await ptn.recover(request.body.ptnID, { signal: clientGone(reply) })
+  })
+}

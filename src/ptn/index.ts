@@ -1,0 +1,11 @@
+// What other layers (the composition root, HTTP routes, the CLI, the router) use of the PTN domain.
+export { PtnService } from './ptn-service.ts'
+export type { PtnServiceDeps, PtnServiceOptions, MembershipRecord, MembershipStatus } from './ptn-service.ts'
+export { PTN_ROLES, issueCertificate, verifyCertificate, checkCertificate, DEFAULT_CERTIFICATE_TTL_MS, CERTIFICATE_DOMAIN } from './certificates.ts'
+export type { PtnRole, CertificatePayload, IssueCertificateInput, VerifyCertificateOptions } from './certificates.ts'
+export { createInvite, verifyInvite, INVITE_TTL_MS } from './invites.ts'
+export type { InvitePayload } from './invites.ts'
+export { InvalidCertificateError, InvalidInviteError, CaKeyMismatchError } from './errors.ts'
+export type { CertificateRejection, InviteRejection } from './errors.ts'
+export { PTN_PROTOCOL } from './protocol.ts'
+export type { PtnPeers } from './protocol.ts'

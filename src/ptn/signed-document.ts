@@ -1,0 +1,48 @@
+import { z } from 'zod'
+import { verifySignature, type NodeIdentity } from '../identity/index.ts'
+import { canonicalJson } from '../network/canonical-json.ts'
+
+// The form certificates and invite codes share (CONTRACT §7): base64url of the JSON `{payload, signature}`, where
+// the signature is Ed25519 over the canonical JSON of `{domain, payload}`. The domain keeps a signature made for one
+// kind of document from ever verifying as the other, even though one CA key signs both.
+
+/** Base64url (no padding) of a 64-byte Ed25519 signature. */
+const Signature = z.string().regex(/^[A-Za-z0-9_-]{86}$/, 'expected a base64url Ed25519 signature')
+
+function signingInput (domain: string, payload: unknown): Uint8Array {
+  return new TextEncoder().encode(canonicalJson({ domain, payload }))
+}
+
+/** Signs `payload` and returns the document's text form. */
+export function sealDocument (payload: Record<string, unknown>, signer: NodeIdentity, domain: string): string {
+  const signature = Buffer.from(signer.sign(signingInput(domain, payload))).toString('base64url')
+  return Buffer.from(JSON.stringify({ payload, signature })).toString('base64url')
+}
+
+export interface OpenedDocument<P> {
+  payload: P
+  /** Whether the signature verifies against `publicKeyHex`; the caller decides which key that must be. */
+  signedBy (publicKeyHex: string): boolean
+}
+
+/**
+ * Decodes a document and checks its payload against `schema` (which must be strict, so that what was signed is
+ * exactly what is rebuilt here). Returns null when the text is not such a document; never throws for bad input.
+ */
+export function openDocument<S extends z.ZodType<Record<string, unknown>>> (text: string, schema: S, options: { domain: string, maxChars: number }): OpenedDocument<z.output<S>> | null {
+  if (text.length > options.maxChars || !/^[A-Za-z0-9_-]+$/.test(text)) return null
+  let json: unknown
+  try {
+    json = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'))
+  } catch (err) {
+    // Bytes that are not JSON: exactly the malformed input this function reports as null.
+    if (err instanceof SyntaxError) return null
+    throw err
+  }
+  const parsed = z.strictObject({ payload: schema, signature: Signature }).safeParse(json)
+  if (!parsed.success) return null
+  const { payload, signature } = parsed.data as { payload: z.output<S>, signature: string }
+  const input = signingInput(options.domain, payload)
+  const signatureBytes = Buffer.from(signature, 'base64url')
+  return { payload, signedBy: (publicKeyHex) => verifySignature(publicKeyHex, input, signatureBytes) }
+}
