@@ -1,9 +1,14 @@
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 import { readFileSync } from 'node:fs'
+import type { DemandDrivenModelsOptions } from './network/demand-driven-models.ts'
+import type { PeerNetworkOptions } from './network/peer-network.ts'
+import type { AgentServiceOptions } from './agent/index.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
+/** The local admin token's file in the data dir (CONTRACT §10); the CLI reads it, the node writes it at start. */
+export const ADMIN_TOKEN_FILE = 'admin-token'
 
 /** Everything `startNode` needs, as the CLI or a test gives it. */
 export interface NodeConfig {
@@ -20,9 +25,21 @@ export interface NodeConfig {
   queueSize: number
   /** Context tokens per slot (capped at the model's training context). */
   contextSize: number
+  /** How long closing the node waits for requests in flight before cutting their connections. */
+  shutdownGraceMs: number
   allowedOrigins: string[]
   allowedHosts: string[]
   logLevel: string
+  /** Base URL of the model hub (`$HF_ENDPOINT`, default https://huggingface.co); tests point it at a fake hub. */
+  hfEndpoint: string
+  /** `$HF_TOKEN`, sent to the hub for gated or private repos; null when unset. */
+  hfToken: string | null
+  /** libp2p listen multiaddrs; null: loopback TCP and WebSocket on free ports (reachable from elsewhere via the relay). */
+  p2pListen: string[] | null
+  /** Peer network tunables (heartbeat, WAN sync and backoff, demand-driven models); tests and the bench shorten them. */
+  network?: Omit<PeerNetworkOptions, 'listen'> & { demand?: DemandDrivenModelsOptions }
+  /** Agent tunables (answer length, timeouts); tests shorten them. */
+  agent?: AgentServiceOptions
 }
 
 export function defaultDataDir (): string {
@@ -39,9 +56,13 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     slots: 2,
     queueSize: 16,
     contextSize: 4096,
+    shutdownGraceMs: 10_000,
     allowedOrigins: [],
     allowedHosts: [],
     logLevel: process.env.MESHNODE_LOG_LEVEL ?? 'info',
+    p2pListen: null,
+    hfEndpoint: process.env.HF_ENDPOINT == null || process.env.HF_ENDPOINT === '' ? 'https://huggingface.co' : process.env.HF_ENDPOINT,
+    hfToken: process.env.HF_TOKEN == null || process.env.HF_TOKEN === '' ? null : process.env.HF_TOKEN,
     ...overrides
   }
 }

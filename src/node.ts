@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { VERSION, type NodeConfig } from './config.ts'
+import { ADMIN_TOKEN_FILE, VERSION, type NodeConfig } from './config.ts'
 import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
 import { loadOrCreateIdentity, type NodeIdentity } from './identity/index.ts'
@@ -10,14 +10,18 @@ import { ApiKeys } from './keys/index.ts'
 import { LocalEngine, LocalRouter, defaultInferenceThreads } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
+import { ModelStore, sameModel } from './models/index.ts'
+import { DemandDrivenModels, INFER_PROTOCOL, InferService, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter } from './network/index.ts'
+import { PtnService } from './ptn/index.ts'
+import { AgentService } from './agent/index.ts'
 import { SettingsStore } from './settings/index.ts'
 import { openDatabase, writeFileAtomic, type Database } from './store/index.ts'
 import { availableParallelism } from 'node:os'
 import { detectHardware } from './system/hardware.ts'
 import { KeepAwake } from './system/keep-awake.ts'
+import { Ledger, SolanaWallet, Wallet, pricePer1kTokensMicro } from './wallet/index.ts'
 
 export const DATABASE_FILE = 'meshnode.db'
-export const ADMIN_TOKEN_FILE = 'admin-token'
 /** How often `lastUsed` of API keys is written: often enough to be useful, never per request. */
 const KEY_USAGE_FLUSH_MS = 10_000
 
@@ -31,6 +35,10 @@ export interface RunningNode {
   readonly port: number
   readonly adminToken: string
   readonly engine: LocalEngine
+  /** Catalog, downloads, load/unload of the engine's model. */
+  readonly models: ModelStore
+  /** The peer network: libp2p host, WAN and LAN presence, peer table; other domains `handle` and `open` protocols on it. */
+  readonly network: PeerNetwork
   /** Stops accepting requests, finishes the ones in flight, stops every part and closes the database. */
   close (): Promise<void>
 }
@@ -61,8 +69,67 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       contextSize: config.contextSize
     })
     cleanups.unshift(() => engine.close())
-    // TODO(issue 3): the models domain's one normalised matcher replaces this comparison.
-    const router = new LocalRouter({ engine, sameModel: (a, b) => a.toLowerCase() === b.toLowerCase() })
+    const models = new ModelStore({ db, engine, settings, log: log.child({ part: 'models' }) },
+      { dir: join(config.dataDir, 'models'), hubUrl: config.hfEndpoint, token: config.hfToken })
+    cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
+    const localRouter = new LocalRouter({ engine, sameModel })
+
+    // Started once the HTTP app is built; stopped after it has closed (requests in flight may be on peers).
+    const { demand: demandOptions, ...networkOptions } = config.network ?? {}
+    const network: PeerNetwork = new PeerNetwork({
+      identity, settings, log: log.child({ part: 'network' }), name, hardware, engine,
+      providers: {
+        models: () => ({
+          loaded: engine.loaded()?.modelID ?? null,
+          downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
+        }),
+        // Issue 5: the loaded model's price, from its size and this node's electricity settings (docs/api/wallet.md).
+        pricePer1kTokensMicro: () => pricePer1kTokensMicro({ sizeBytes: engine.loaded()?.sizeBytes ?? null, quantization: null, parameters: null }, settings.get()),
+        // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
+        ptnCertificates: (): string[] => ptn.certificatesForAdvert(),
+        verifyPtnCertificates: (nodeID: string, certificates: string[]): string[] => ptn.verifiedPtnIDs(nodeID, certificates),
+        // Issue 7: the agent's name and capabilities; peers build their agent directory from the records they verified.
+        agentProfile: () => agent.advertisedProfile()
+      }
+    }, { ...networkOptions, listen: config.p2pListen ?? undefined })
+    cleanups.unshift(() => network.stop())
+    // Issue 4 item 6 (auto_manage_models): fetch and swap to the model peers and users ask for and nobody serves.
+    const demandModels = new DemandDrivenModels({ network, models, engine, settings, sameModel, log: log.child({ part: 'demand' }) }, demandOptions)
+    cleanups.unshift(() => demandModels.stop())
+    // Issue 5: credits. The wallet pays peers for what they generate for us and delivers its transfers until acknowledged.
+    const ledger = new Ledger({ db })
+    const wallet = new Wallet({ ledger, identity, network, log: log.child({ part: 'wallet' }) })
+    cleanups.unshift(() => wallet.stop())
+    network.on('peer:online', (peer) => { wallet.peerConnected(peer.nodeID) })
+    network.on('peer:updated', (peer) => { wallet.peerConnected(peer.nodeID) })
+    const solana = new SolanaWallet({ identity, rpcUrl: () => settings.get().solana_rpc_url, log: log.child({ part: 'solana' }) })
+    // Issue 4: requests for a model this node has not loaded go to the best peer that serves it; peers' requests
+    // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
+    const peerRequests = metrics.counter('meshnode_peer_requests_served_total', 'Chat requests from peers answered in full')
+    const peerTokens = metrics.counter('meshnode_peer_tokens_generated_total', 'Tokens generated for peers (what they are billed for)')
+    const router = new PeerRouter({
+      local: localRouter, network, settings, sameModel, log: log.child({ part: 'router' }),
+      billing: { open: (request) => wallet.openInferenceCharge(request) }
+    })
+    const inference = new InferService({
+      engine,
+      sameModel,
+      settings,
+      isPtnMember: (nodeID) => {
+        const ours = ptn.memberPtnIDs()
+        return network.peer(nodeID)?.ptnIDs.some(id => ours.includes(id)) ?? false
+      },
+      recordDemand: (modelID) => { network.recordDemand(modelID) },
+      onServed: ({ usage }) => { peerTokens.inc({}, usage.completionTokens); peerRequests.inc() },
+      log: log.child({ part: 'infer' })
+    })
+    await network.handle(INFER_PROTOCOL, inference.handle, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
+    const ptn: PtnService = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: join(config.dataDir, 'ptn') })
+    await ptn.start()   // registers the PTN protocol, served once the network starts
+    // Issue 7: this node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
+    const agent: AgentService = new AgentService({ db, identity, network, engine, name, log: log.child({ part: 'agent' }) }, config.agent)
+    await agent.start()   // registers the agent protocol, served once the network starts
+    cleanups.unshift(() => { agent.stop() })
 
     keepAwake.set(settings.get().keep_awake)
     settings.onChange(({ changed, current }) => {
@@ -81,26 +148,46 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       keys,
       metrics,
       router,
+      peers: { network },
+      models,
+      onServed: (modelID) => { models.touch(modelID) },
+      wallet: { wallet, solana },
+      ptn,
+      agent,
       health: () => ({ status: 'ok', version: VERSION, nodeID: identity.nodeID, uptimeSeconds: uptimeSeconds() }),
       snapshot: () => ({
         node: { nodeID: identity.nodeID, name, version: VERSION, port, uptimeSeconds: uptimeSeconds() },
         hardware,
         keepAwake: keepAwake.status(),
-        model: null,
-        models: [],
-        peers: { lan: 0, wan: 0 },
-        wallet: { currentBalance: 0 },
-        ptn: { memberships: 0 },
+        model: models.loadedModel(),
+        models: models.list(),
+        peers: network.counts(),
+        wallet: { currentBalance: ledger.balanceMicro() / 1_000_000 },
+        ptn: { memberships: ptn.countInEffect() },
         settings: settings.get()
       })
     }, { version: VERSION, allowedOrigins: config.allowedOrigins, allowedHosts: config.allowedHosts })
-    cleanups.unshift(() => http.close())
+    cleanups.unshift(async () => {
+      // Requests in flight may finish, but not forever: a long generation or agent exchange is cut after the grace
+      // period so that a SIGTERM always ends in a clean database close.
+      const grace = setTimeout(() => { http.server.closeAllConnections() }, config.shutdownGraceMs)
+      try {
+        await http.close()
+      } finally {
+        clearTimeout(grace)
+      }
+    })
+    await network.start()
+    demandModels.start()
+    await wallet.start()
 
     await http.listen({ host: config.host, port: config.port })
     const address = http.server.address()
     port = typeof address === 'object' && address != null ? address.port : config.port
     const urlHost = config.host.includes(':') ? `[${config.host}]` : config.host
     log.info({ nodeID: identity.nodeID, port, dataDir: config.dataDir }, 'meshnode is listening')
+    models.resumeInterrupted() // in the background: downloads stopped by the last shutdown go on from their .part
+    models.reloadLast()
 
     let closing: Promise<void> | null = null
     return {
@@ -112,6 +199,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       port,
       adminToken,
       engine,
+      models,
+      network,
       close: () => (closing ??= runCleanups(cleanups, log))
     }
   } catch (err) {

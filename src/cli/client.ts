@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { DEFAULT_PORT, defaultDataDir } from '../config.ts'
-import { ADMIN_TOKEN_FILE } from '../node.ts'
+import { ADMIN_TOKEN_FILE, DEFAULT_PORT, defaultDataDir } from '../config.ts'
 import type { ErrorEnvelope } from '../http/errors.ts'
 
 export interface ClientOptions {

@@ -6,6 +6,7 @@ import type { Logger } from 'pino'
 import type { ChatRouter } from '../inference/index.ts'
 import type { ApiKeys } from '../keys/index.ts'
 import type { MetricsRegistry } from '../metrics/index.ts'
+import type { ModelStore } from '../models/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
 import { errorHandler, notFoundHandler } from './errors.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
@@ -14,6 +15,13 @@ import { appStateRoutes } from './routes/app-state.ts'
 import { chatRoutes } from './routes/chat.ts'
 import { healthRoutes } from './routes/health.ts'
 import { metricsRoutes } from './routes/metrics.ts'
+import { peersRoutes, type PeersRoutesOptions } from './routes/peers.ts'
+import { walletRoutes, type WalletRoutesOptions } from './routes/wallet.ts'
+import { ptnRoutes } from './routes/ptn.ts'
+import type { PtnService } from '../ptn/index.ts'
+import { modelRoutes } from './routes/models.ts'
+import { agentRoutes } from './routes/agent.ts'
+import type { AgentService } from '../agent/index.ts'
 import type { AppSnapshot, Health } from './schemas/app.ts'
 import type { HttpApp } from './types.ts'
 
@@ -27,9 +35,19 @@ export interface HttpDeps {
   metrics: MetricsRegistry
   health: () => Health
   snapshot: () => AppSnapshot
+  /** The peer table; absent only where a test builds the app without a node. */
+  peers?: PeersRoutesOptions
   router: ChatRouter
   /** Called after a chat request was served, with the model it named. */
   onServed?: (modelID: string) => void
+  /** The wallet and its on-chain status; absent only where a test builds the app without a node. */
+  wallet?: WalletRoutesOptions
+  /** Private trusted networks; absent only where a test builds the app without a node. */
+  ptn?: PtnService
+  /** Catalog, downloads, load and unload; absent only where a test builds the app without a node. */
+  models?: ModelStore
+  /** This node's agent: profile, directory, conversations; absent only where a test builds the app without a node. */
+  agent?: AgentService
 }
 
 export interface HttpOptions extends GuardOptions {
@@ -49,6 +67,8 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
     requestIdHeader: false,
     allowErrorHandlerOverride: false,
     return503OnClosing: true,
+    // Ids (conversation, PTN, key) can be longer than find-my-way's default of 100, which answers 414 outside our envelope.
+    routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: 'idle'
   }).withTypeProvider<ZodTypeProvider>()
   app.setValidatorCompiler(validatorCompiler)
@@ -84,7 +104,12 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   await app.register(appStateRoutes, { snapshot: deps.snapshot, settings: deps.settings })
   await app.register(apiKeyRoutes, { keys: deps.keys })
   await app.register(metricsRoutes, { metrics: deps.metrics })
+  if (deps.peers != null) await app.register(peersRoutes, deps.peers)
   await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })
+  if (deps.wallet != null) await app.register(walletRoutes, deps.wallet)
+  if (deps.ptn != null) await app.register(ptnRoutes, { ptn: deps.ptn })
+  if (deps.models != null) await app.register(modelRoutes, { models: deps.models })
+  if (deps.agent != null) await app.register(agentRoutes, { agent: deps.agent })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
 }

@@ -26,7 +26,9 @@ export const SettingsPatch = z.strictObject({
   keep_awake: z.boolean(),
   auto_manage_models: z.boolean(),
   inference_backend: z.enum(INFERENCE_BACKENDS),
-  language: z.enum(LANGUAGES)
+  language: z.enum(LANGUAGES),
+  // An addition to spec §2.1 (issue 5): the JSON-RPC endpoint the on-chain wallet status asks.
+  solana_rpc_url: z.string().max(2048).refine(isHttpUrl, { message: 'must be an http:// or https:// URL' })
 }).partial()
 
 export type Settings = Required<z.infer<typeof SettingsPatch>>
@@ -47,7 +49,8 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   keep_awake: false,
   auto_manage_models: false,
   inference_backend: 'llama.cpp',
-  language: 'en'
+  language: 'en',
+  solana_rpc_url: 'https://api.mainnet-beta.solana.com'
 })
 
 function isRelayAddress (value: string): boolean {
@@ -55,6 +58,16 @@ function isRelayAddress (value: string): boolean {
   try {
     const url = new URL(value)
     return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hostname !== ''
+  } catch (err) {
+    if (err instanceof TypeError) return false // not a URL at all
+    throw err
+  }
+}
+
+function isHttpUrl (value: string): boolean {
+  try {
+    const url = new URL(value)
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== ''
   } catch (err) {
     if (err instanceof TypeError) return false // not a URL at all
     throw err

@@ -51,5 +51,85 @@ export const MIGRATIONS: readonly string[] = [
      last_error TEXT,
      settled_at TEXT
    );
-   CREATE INDEX wallet_transfers_pending ON wallet_transfers (next_attempt_ms) WHERE state = 'pending';`
+   CREATE INDEX wallet_transfers_pending ON wallet_transfers (next_attempt_ms) WHERE state = 'pending';`,
+  // PTN (issue 6): this node's memberships with its certificates, the members it knows of in each PTN, and the
+  // invite codes it has redeemed as an admin (single use, by nonce). CA keys live in files, never here.
+  `CREATE TABLE ptn_memberships (
+     ptn_id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     role TEXT NOT NULL CHECK (role IN ('admin', 'provider', 'consumer')),
+     status TEXT NOT NULL CHECK (status IN ('active', 'left', 'recovered')),
+     cert_data TEXT,
+     joined_at TEXT NOT NULL,
+     updated_at TEXT NOT NULL,
+     CHECK ((status = 'left') = (cert_data IS NULL))
+   );
+   CREATE TABLE ptn_members (
+     ptn_id TEXT NOT NULL REFERENCES ptn_memberships (ptn_id),
+     node_id TEXT NOT NULL,
+     role TEXT NOT NULL CHECK (role IN ('admin', 'provider', 'consumer')),
+     status TEXT NOT NULL CHECK (status IN ('active', 'left')),
+     updated_at TEXT NOT NULL,
+     PRIMARY KEY (ptn_id, node_id)
+   );
+   CREATE TABLE ptn_used_invites (
+     nonce TEXT PRIMARY KEY,
+     ptn_id TEXT NOT NULL,
+     node_id TEXT NOT NULL,
+     used_at TEXT NOT NULL
+   );`,
+  // models (issue 3): every model this node has downloaded, is downloading or failed to download (catalog entries
+  // it never asked for are not stored), keyed by the lowercase normalised id; and the model to reload at start.
+  `CREATE TABLE models (
+     model_key TEXT PRIMARY KEY,
+     model_id TEXT NOT NULL,
+     repo TEXT NOT NULL,
+     file TEXT NOT NULL,
+     path TEXT NOT NULL UNIQUE,
+     status TEXT NOT NULL CHECK (status IN ('downloading', 'downloaded', 'failed')),
+     size_bytes INTEGER CHECK (size_bytes IS NULL OR size_bytes >= 0),
+     sha256 TEXT,
+     error TEXT,
+     context_length INTEGER,
+     created_at TEXT NOT NULL,
+     downloaded_at TEXT,
+     last_used_at TEXT,
+     CHECK ((status = 'failed') = (error IS NOT NULL)),
+     CHECK (status != 'downloaded' OR (size_bytes IS NOT NULL AND sha256 IS NOT NULL))
+   );
+   CREATE TABLE loaded_model (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     model_key TEXT NOT NULL REFERENCES models (model_key) ON DELETE CASCADE
+   );`,
+  // agent (issue 7): the profile (one row; a null name follows the node's name), conversations with peers' agents
+  // (the id chosen by whoever started it, the same on both nodes), and their messages with the signed envelope each
+  // came in, a message id used once (a retried message is never filed twice).
+  `CREATE TABLE agent_profile (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     name TEXT,
+     capabilities TEXT NOT NULL DEFAULT '[]',
+     system_prompt TEXT NOT NULL DEFAULT ''
+   );
+   INSERT INTO agent_profile (id) VALUES (1);
+   CREATE TABLE agent_conversations (
+     id TEXT PRIMARY KEY,
+     peer_id TEXT NOT NULL,
+     peer_name TEXT NOT NULL,
+     created TEXT NOT NULL,
+     last_message TEXT NOT NULL
+   );
+   CREATE TABLE agent_messages (
+     seq INTEGER PRIMARY KEY AUTOINCREMENT,
+     id TEXT NOT NULL UNIQUE,
+     conversation_id TEXT NOT NULL REFERENCES agent_conversations (id),
+     sender TEXT NOT NULL,
+     role TEXT NOT NULL CHECK (role IN ('user', 'agent')),
+     content TEXT NOT NULL,
+     created TEXT NOT NULL,
+     reply_to TEXT,
+     envelope TEXT NOT NULL,
+     CHECK ((role = 'agent') = (reply_to IS NOT NULL))
+   );
+   CREATE INDEX agent_messages_conversation ON agent_messages (conversation_id, seq);
+   CREATE INDEX agent_messages_reply ON agent_messages (reply_to) WHERE reply_to IS NOT NULL;`
 ]

@@ -38,7 +38,7 @@ test('GET /v1/app is the full snapshot of CONTRACT §3', async (t) => {
   assert.deepEqual(Object.keys(app.peers).sort(), ['lan', 'wan'])
   assert.equal(typeof app.wallet.currentBalance, 'number')
   assert.equal(typeof app.ptn.memberships, 'number')
-  assert.equal(Object.keys(app.settings).length, 14)
+  assert.equal(Object.keys(app.settings).length, 15) // the spec's 14 plus solana_rpc_url (issue 5)
 })
 
 test('unknown routes answer 404 in the envelope', async (t) => {

@@ -15,7 +15,8 @@ const VALID_CHANGES: Record<string, unknown> = {
   keep_awake: true,
   auto_manage_models: true,
   inference_backend: 'peers',
-  language: 'zh'
+  language: 'zh',
+  solana_rpc_url: 'http://127.0.0.1:8899'
 }
 
 test('PATCH changes only the keys sent and answers the full settings object', async (t) => {
@@ -37,8 +38,9 @@ test('every setting can be changed, and all persist across a restart', async (t)
   const expected = { ...DEFAULT_SETTINGS, ...VALID_CHANGES, wan_enabled: true }
   const second = await first.restart()
   assert.deepEqual((await second.api.get('/v1/app')).body.settings, expected)
-  // allow_network_access is the 14th: switching it on makes the key mandatory, covered in the guards tests.
-  assert.equal(Object.keys(expected).length, 14)
+  // The spec's 14 plus solana_rpc_url (issue 5). allow_network_access is not in VALID_CHANGES: switching it on
+  // makes the key mandatory, covered in the guards tests.
+  assert.equal(Object.keys(expected).length, 15)
 })
 
 const BAD_PATCHES: Array<[string, unknown, string | null]> = [
@@ -59,6 +61,8 @@ const BAD_PATCHES: Array<[string, unknown, string | null]> = [
   ['passcode too long', { cluster_passcode: 'x'.repeat(257) }, 'cluster_passcode'],
   ['http relay url', { wan_relay_url: 'http://relay.example' }, 'wan_relay_url'],
   ['not a url', { wan_relay_url: 'relay' }, 'wan_relay_url'],
+  ['ws solana rpc url', { solana_rpc_url: 'ws://127.0.0.1:8900' }, 'solana_rpc_url'],
+  ['not a solana rpc url', { solana_rpc_url: 'mainnet' }, 'solana_rpc_url'],
   ['wan without relay', { wan_enabled: true }, 'wan_relay_url'],
   ['unknown key (typo)', { max_storage_gbs: 10 }, 'max_storage_gbs'],
   ['one bad key among good ones', { cluster_enabled: true, max_storage_gb: 10, language: 'xx' }, 'language']

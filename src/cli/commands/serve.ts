@@ -1,6 +1,5 @@
 import type { Command } from 'commander'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
-import { startNode } from '../../node.ts'
 
 interface ServeOptions {
   port: string
@@ -10,6 +9,7 @@ interface ServeOptions {
   threads?: string
   allowedOrigin: string[]
   allowedHost: string[]
+  p2pListen: string[]
 }
 
 export function registerServe (program: Command): void {
@@ -22,6 +22,7 @@ export function registerServe (program: Command): void {
     .option('--threads <n>', 'llama.cpp threads (default: derived from the CPU count)')
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
+    .option('--p2p-listen <multiaddr>', 'peer-to-peer listen address, e.g. /ip4/0.0.0.0/tcp/4002 (repeatable; default: loopback only)', collect, [])
     .action(async (options: ServeOptions) => {
       const port = parsePort(options.port)
       const config = defaultConfig({
@@ -31,10 +32,13 @@ export function registerServe (program: Command): void {
         name: options.name ?? null,
         threads: options.threads == null ? null : Number(options.threads),
         allowedOrigins: options.allowedOrigin,
-        allowedHosts: options.allowedHost
+        allowedHosts: options.allowedHost,
+        p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null
       })
       let node
       try {
+        // Imported here, not at the top: client commands share this program and should not load the whole node.
+        const { startNode } = await import('../../node.ts')
         node = await startNode(config)
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code

@@ -16,6 +16,7 @@ export const SettingsObject = z.object({
   keep_awake: z.boolean(),
   auto_manage_models: z.boolean(),
   inference_backend: z.enum(INFERENCE_BACKENDS),
-  language: z.enum(LANGUAGES)
+  language: z.enum(LANGUAGES),
+  solana_rpc_url: z.string()
 })
 export type SettingsObject = z.infer<typeof SettingsObject>
