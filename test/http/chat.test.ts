@@ -184,7 +184,8 @@ test('no model loaded, or a model nobody serves: 503 naming the model; /v1/model
 test('beyond the queue: 429 with Retry-After; a client abort frees the slot for the next request', async (t) => {
   // A long context keeps the first request generating while the test fills the queue behind it.
   const { node, openai } = await startChatNode(t, { slots: 1, queueSize: 1, contextSize: 32_768 }, { contextLength: 32_768 })
-  const long = { model: TINY_MODEL_ID, messages: hello, max_tokens: 100_000, stream: true as const }
+  // Greedy: the tiny model never picks end-of-generation then, so the request runs until its context is full.
+  const long = { model: TINY_MODEL_ID, messages: hello, max_tokens: 100_000, temperature: 0, stream: true as const }
   const running = new AbortController()
   const first = await openai.chat.completions.create(long, { signal: running.signal })
   const firstIterator = first[Symbol.asyncIterator]()
@@ -211,10 +212,10 @@ test('beyond the queue: 429 with Retry-After; a client abort frees the slot for 
 })
 
 test('a failure mid-stream ends with an OpenAI-shaped error event, then [DONE]', async (t) => {
-  const { node } = await startChatNode(t)
+  const { node } = await startChatNode(t, { contextSize: 32_768 }, { contextLength: 32_768 })
   const response = await fetch(`${node.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: TINY_MODEL_ID, messages: hello, max_tokens: 100_000, stream: true })
+    body: JSON.stringify({ model: TINY_MODEL_ID, messages: hello, max_tokens: 100_000, temperature: 0, stream: true })
   })
   assert.equal(response.status, 200)
   const reading = readSse(response)

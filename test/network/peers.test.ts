@@ -121,14 +121,14 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
 
     const secondBefore = await servedCount(second)
     const answer = (async () => {
-      const stream = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } })
+      const { data: stream, response } = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } }).withResponse()
       let text = ''
       let usage: OpenAI.CompletionUsage | null | undefined = null
       for await (const chunk of stream) {
         text += chunk.choices[0]?.delta.content ?? ''
         usage = chunk.usage ?? usage
       }
-      return { text, usage }
+      return { text, usage, servedBy: response.headers.get('x-served-by') }
     })()
     await waitFor(() => first.node.engine.stats().queued === 1, { what: 'A\'s request to be waiting at the first peer' })
     // Kill the first peer: its peer network goes first (every connection to it drops), then the rest of the node.
@@ -137,8 +137,9 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     await first.node.close()
     await held
 
-    const { text, usage } = await answer
+    const { text, usage, servedBy } = await answer
     assert.ok(text.length > 0)
+    assert.equal(servedBy, `peer:${second.nodeID}`, 'the header names the peer that answered, after failover')
     assert.equal(usage?.completion_tokens, 6)
     assert.equal(await servedCount(second), secondBefore + 1, 'the second peer answered it')
     await waitFor(() => !a.node.network.isKnownPeer(first.nodeID), { what: 'A to drop the killed peer' })

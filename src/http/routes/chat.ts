@@ -71,9 +71,11 @@ export const chatRoutes: FastifyPluginAsyncZod<ChatRoutesOptions> = async (app, 
       }
     }
 
-    // Streaming: wait briefly for the first event so that immediate failures keep their HTTP status.
+    // Streaming: wait briefly for the first event so that immediate failures keep their HTTP status. A request placed
+    // on a peer waits for its first event in full: the router may still fail over to another peer until then, and
+    // X-Served-By must name the one that answers.
     const first = generation.events.next()
-    const settled = await Promise.race([
+    const settled = generation.servedBy !== 'local' || await Promise.race([
       first.then(() => true, () => true),
       new Promise<false>((resolve) => setTimeout(resolve, COMMIT_AFTER_MS, false).unref())
     ])

@@ -13,6 +13,7 @@ export const ErrorEnvelope = z.object({
 export const errorResponses = {
   400: ErrorEnvelope,
   401: ErrorEnvelope,
+  402: ErrorEnvelope,
   403: ErrorEnvelope,
   404: ErrorEnvelope,
   409: ErrorEnvelope,
