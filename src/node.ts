@@ -83,7 +83,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
           loaded: engine.loaded()?.modelID ?? null,
           downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
         }),
-        // Issue 5: the loaded model's price, from its size and this node's electricity settings (docs/api/wallet.md).
+        // Issue 5: the loaded model's price, from its size and this node's electricity settings (docs/API.md, Wallet).
         pricePer1kTokensMicro: () => pricePer1kTokensMicro({ sizeBytes: engine.loaded()?.sizeBytes ?? null, quantization: null, parameters: null }, settings.get()),
         // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
         ptnCertificates: (): string[] => ptn.certificatesForAdvert(),

@@ -8,7 +8,7 @@ import type { NodeIdentity } from '../identity/index.ts'
 import { InvalidGenerationRequestError, type ChatEvent, type ChatMessage, type ChatRequest, type GenerateOptions } from '../inference/index.ts'
 import { ProtocolError, type PeerInfo, type SignedEnvelope } from '../network/index.ts'
 import type { FrameStream } from '../network/frames.ts'
-import { writeMessage } from '../network/frames.ts'
+import { firstOrTimeout, writeMessage } from '../network/frames.ts'
 import { inTransaction, type Database } from '../store/index.ts'
 import {
   AGENT_KEEPALIVE_MS, AGENT_PROTOCOL, AgentRefusalError, MAX_AGENT_CAPABILITIES, MAX_AGENT_CAPABILITY_CHARS, MAX_AGENT_MESSAGE_BYTES,
@@ -653,7 +653,7 @@ function checkContent (content: string): string {
   return content
 }
 
-/** The peer's error frame in our error kinds (docs/api/agent.md). */
+/** The peer's error frame in our error kinds (docs/API.md, Agent). */
 function fromRefusal (peerID: string, err: AgentRefusalError): Error {
   const why = `The agent of peer ${peerID}: ${err.message}`
   switch (err.code) {
@@ -693,12 +693,3 @@ function truncateUtf8 (text: string, maxBytes: number): string {
   return text.slice(0, read)
 }
 
-async function firstOrTimeout<T> (promise: Promise<T>, ms: number): Promise<T | 'timeout'> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(resolve, ms, 'timeout') })
-  try {
-    return await Promise.race([promise, timeout])
-  } finally {
-    clearTimeout(timer)
-  }
-}

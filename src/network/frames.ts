@@ -161,3 +161,17 @@ export function openEnvelope<S extends z.ZodType> (envelope: unknown, schema: S,
   }
   return parseWith(schema, body, 'Envelope body')
 }
+
+/**
+ * The promise's value, or `'timeout'` when it has not settled within `ms`: how a streaming handler notices a quiet
+ * spell and sends a keep-alive frame while it keeps waiting for the same promise.
+ */
+export async function firstOrTimeout<T> (promise: Promise<T>, ms: number): Promise<T | 'timeout'> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(resolve, ms, 'timeout') })
+  try {
+    return await Promise.race([promise, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}

@@ -5,7 +5,7 @@ import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
 import type { ChatEvent, ChatRequest, ChatUsage } from '../inference/index.ts'
 import { ModelIDString } from './capabilities.ts'
 import { ProtocolError } from './errors.ts'
-import { openFrames, readMessage, writeMessage, type FrameStream } from './frames.ts'
+import { firstOrTimeout, openFrames, readMessage, writeMessage, type FrameStream } from './frames.ts'
 import { publicSlots, type RemotePeer } from './peer-network.ts'
 
 // Remote inference: a node asks a peer to run a chat request on the peer's loaded model. One stream per request:
@@ -225,15 +225,6 @@ async function settledNow<T> (promise: Promise<T>): Promise<T | null> {
   return result === NOT_SETTLED ? null : result as T
 }
 
-async function firstOrTimeout<T> (promise: Promise<T>, ms: number): Promise<T | 'timeout'> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<'timeout'>((resolve) => { timer = setTimeout(resolve, ms, 'timeout') })
-  try {
-    return await Promise.race([promise, timeout])
-  } finally {
-    clearTimeout(timer)
-  }
-}
 
 function errorFrame (kind: InferErrorKind, message: string, extra: { param?: string | null, retryAfterSeconds?: number | null } = {}): Extract<InferFrame, { type: 'error' }> {
   return { type: 'error', kind, message: message.slice(0, 2000), param: extra.param ?? null, retryAfterSeconds: extra.retryAfterSeconds ?? null }

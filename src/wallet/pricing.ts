@@ -1,7 +1,7 @@
 // The price a serving node asks per 1,000 generated tokens (issue 5 §2). Generating one token reads every weight of
 // the model once (token generation is memory-bound), so the energy of a token grows with the bytes of the weights,
 // which is the model's parameter count times the bits per weight of its quantization. That energy, priced at the
-// node's own `electricity_cost` and `electricity_margin`, is the price; docs/api/wallet.md states the formula.
+// node's own `electricity_cost` and `electricity_margin`, is the price; docs/API.md, Wallet states the formula.
 
 /** Energy to generate one token per GB of weights: ~30 W laptops to ~150 W desktops at their token rates. */
 export const JOULES_PER_TOKEN_PER_GB = 2

@@ -1,21 +1,8 @@
 import { test } from 'node:test'
+import { runCli as meshnode } from '../support/cli.ts'
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { createServer } from 'node:net'
-import { promisify } from 'node:util'
-import { CLI, exitOf, spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
-
-const run = promisify(execFile)
-
-async function meshnode (args: string[]): Promise<{ stdout: string, stderr: string, code: number }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '' } })
-    return { stdout, stderr, code: 0 }
-  } catch (err) {
-    const failed = err as { stdout: string, stderr: string, code: number }
-    return { stdout: failed.stdout, stderr: failed.stderr, code: failed.code }
-  }
-}
+import { exitOf, spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
 
 test('serve answers /health soon after start and exits 0 on SIGTERM, closing the database', async (t) => {
   const dataDir = await tempDir(t)

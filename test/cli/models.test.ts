@@ -1,24 +1,12 @@
 import { test } from 'node:test'
+import { runCli as meshnode } from '../support/cli.ts'
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import { startFakeHub } from '../support/fake-hub.ts'
-import { CLI, startTestNode, tempDir } from '../support/node.ts'
+import { startTestNode, tempDir } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
-const run = promisify(execFile)
 const CATALOG_ID = 'smollm2-135m-instruct-q8_0'
-
-async function meshnode (args: string[]): Promise<{ stdout: string, stderr: string, code: number }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '' } })
-    return { stdout, stderr, code: 0 }
-  } catch (err) {
-    const failed = err as { stdout: string, stderr: string, code: number }
-    return { stdout: failed.stdout, stderr: failed.stderr, code: failed.code }
-  }
-}
 
 // Each run of the CLI costs about 1.5 s of module loading on this machine, so each command runs once or twice here;
 // the HTTP tests cover the cases.

@@ -1,35 +1,17 @@
 import assert from 'node:assert/strict'
-import { execFile, spawn } from 'node:child_process'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { promisify } from 'node:util'
-import { CLI, startTestNode, tempDir, type TestNode } from '../support/node.ts'
+import { runCli, type CliResult } from '../support/cli.ts'
+import { startTestNode, tempDir, type TestNode } from '../support/node.ts'
 import { readCaKeyHex } from '../support/ptn.ts'
 
-const run = promisify(execFile)
-
-async function meshnode (node: TestNode, args: string[]): Promise<{ stdout: string, stderr: string, code: number }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args, '--url', node.node.url, '--data-dir', node.dataDir], { env: { ...process.env, MESHNODE_API_KEY: '' } })
-    return { stdout, stderr, code: 0 }
-  } catch (err) {
-    const failed = err as { stdout: string, stderr: string, code: number }
-    return { stdout: failed.stdout, stderr: failed.stderr, code: failed.code }
-  }
+/** `meshnode <args>` against `node`, with `input` on stdin when given. */
+async function meshnode (node: TestNode, args: string[], input?: string): Promise<CliResult> {
+  return await runCli([...args, '--url', node.node.url, '--data-dir', node.dataDir], { input })
 }
 
-/** Runs the CLI with `input` on stdin. */
-async function meshnodeWithStdin (node: TestNode, args: string[], input: string): Promise<{ stdout: string, stderr: string, code: number | null }> {
-  const child = spawn(process.execPath, [CLI, ...args, '--url', node.node.url, '--data-dir', node.dataDir], { env: { ...process.env, MESHNODE_API_KEY: '' } })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
-  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  child.stdin.end(input)
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve))
-  return { stdout, stderr, code }
-}
+
 
 test('meshnode ptn list/create/invite/issue-cert/join-with-cert/import-ca-key/leave/recover/promote-admin/join', async (t) => {
   const [admin, member] = await Promise.all([startTestNode(t), startTestNode(t)])
@@ -71,7 +53,7 @@ test('meshnode ptn list/create/invite/issue-cert/join-with-cert/import-ca-key/le
   // The CA key comes from a file or stdin, never from an argument.
   const keyFile = join(await tempDir(t), 'ca.key')
   await writeFile(keyFile, readCaKeyHex(admin.dataDir, ptnID) + '\n', { mode: 0o600 })
-  const wrong = await meshnodeWithStdin(member, ['ptn', 'import-ca-key', ptnID], 'ab'.repeat(32))
+  const wrong = await meshnode(member, ['ptn', 'import-ca-key', ptnID], 'ab'.repeat(32))
   assert.equal(wrong.code, 1)
   assert.match(wrong.stderr, /not the CA key .*\(HTTP 400\)/)
   const imported = await meshnode(member, ['ptn', 'import-ca-key', ptnID, '--key-file', keyFile])

@@ -1,21 +1,8 @@
 // `meshnode wallet balance | transactions | send | solana` against a real node, over HTTP like any client.
 import assert from 'node:assert/strict'
-import { execFile } from 'node:child_process'
 import { test } from 'node:test'
-import { promisify } from 'node:util'
-import { CLI, startTestNode } from '../support/node.ts'
-
-const run = promisify(execFile)
-
-async function meshnode (args: string[]): Promise<{ stdout: string, stderr: string, code: number }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '' } })
-    return { stdout, stderr, code: 0 }
-  } catch (err) {
-    const failed = err as { stdout: string, stderr: string, code: number }
-    return { stdout: failed.stdout, stderr: failed.stderr, code: failed.code }
-  }
-}
+import { runCli as meshnode } from '../support/cli.ts'
+import { startTestNode } from '../support/node.ts'
 
 test('wallet balance, transactions, send and solana print the API answers', async (t) => {
   const { node, dataDir } = await startTestNode(t)

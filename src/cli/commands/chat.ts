@@ -1,5 +1,6 @@
 import type { Command } from 'commander'
 import type { ChatCompletionChunk, ModelList } from '../../http/schemas/openai.ts'
+import { readSse } from '../sse.ts'
 import { clientFor, withClientOptions } from './common.ts'
 
 interface ChatOptions {
@@ -38,7 +39,7 @@ export function registerChat (program: Command): void {
       const servedBy = response.headers.get('x-served-by') ?? 'unknown'
       let usage: ChatCompletionChunk['usage'] = null
       try {
-        for await (const data of sseData(response)) {
+        for await (const { data } of readSse(response)) {
           if (data === '[DONE]') break
           const event = JSON.parse(data) as ChatCompletionChunk | { error: { message: string } }
           if ('error' in event) throw new Error(event.error.message)
@@ -66,20 +67,4 @@ async function firstModel (get: <T>(path: string) => Promise<T>): Promise<string
   const local = models.data.find((m) => m.owned_by === 'local') ?? models.data[0]
   if (local == null) throw new Error('No model is loaded here and no peer offers one. Load one with: meshnode models load <id>')
   return local.id
-}
-
-/** The `data:` payloads of a server-sent event stream, as they arrive. */
-async function * sseData (response: Response): AsyncGenerator<string> {
-  if (response.body == null) return
-  const decoder = new TextDecoder()
-  let buffer = ''
-  for await (const bytes of response.body) {
-    buffer += decoder.decode(bytes, { stream: true })
-    let end: number
-    while ((end = buffer.indexOf('\n\n')) !== -1) {
-      const block = buffer.slice(0, end)
-      buffer = buffer.slice(end + 2)
-      for (const line of block.split('\n')) if (line.startsWith('data: ')) yield line.slice(6)
-    }
-  }
 }

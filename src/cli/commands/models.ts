@@ -5,6 +5,7 @@ import type { DownloadStarted, ModelEventData, ModelList, ModelLoaded, ModelUnlo
 import { formatBytes, sameModel } from '../../models/index.ts'
 import type { ApiClient } from '../client.ts'
 import { formatTable, print } from '../output.ts'
+import { readSse } from '../sse.ts'
 import { clientFor, withClientOptions } from './common.ts'
 
 export function registerModels (program: Command): void {
@@ -110,29 +111,12 @@ async function download (client: ApiClient, rawID: string, quiet: boolean): Prom
   }
 }
 
-/** The events of a server-sent event stream, as they arrive. */
+/** The node's events, parsed; ends quietly when the node goes away mid-stream (the caller reports what that means). */
 async function * sseEvents (response: Response): AsyncGenerator<{ event: string, data: unknown }> {
-  if (response.body == null) return
-  const decoder = new TextDecoder()
-  let buffer = ''
   try {
-    for await (const bytes of response.body) {
-      buffer += decoder.decode(bytes, { stream: true })
-      let end: number
-      while ((end = buffer.indexOf('\n\n')) !== -1) {
-        const block = buffer.slice(0, end)
-        buffer = buffer.slice(end + 2)
-        let event = 'message'
-        let data: string | null = null
-        for (const line of block.split('\n')) {
-          if (line.startsWith('event: ')) event = line.slice(7)
-          else if (line.startsWith('data: ')) data = line.slice(6)
-        }
-        if (data != null) yield { event, data: JSON.parse(data) as unknown }
-      }
-    }
+    for await (const { event, data } of readSse(response)) yield { event, data: JSON.parse(data) as unknown }
   } catch (err) {
-    // The node went away mid-stream (it is shutting down): the caller reports what that means
+    // The node went away mid-stream (it is shutting down)
     if ((err as Error).name === 'TypeError' || (err as NodeJS.ErrnoException).code === 'ECONNRESET') return
     throw err
   }

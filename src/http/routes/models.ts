@@ -52,7 +52,7 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
   })
 
   // Server-sent events: download progress, verification, completion and failure, loads, unloads and evictions, as
-  // `event: <type>` with the JSON `data` of docs/api/models.md. No replay: a client that needs the current state
+  // `event: <type>` with the JSON `data` of docs/API.md, Models. No replay: a client that needs the current state
   // reads GET /v1/app/models after subscribing.
   const streams = new Set<ServerResponse>()
   app.addHook('preClose', async () => {

@@ -5,7 +5,7 @@ import {
 import { IsoTime, SNAKE_ALIASES, withAliases } from './common.ts'
 
 // Spec §2.10, §2.11 and §4.7, plus PATCH /v1/app/agent/profile, GET /v1/app/agent/conversations/{id} and
-// POST /v1/app/agent/conversations (docs/api/agent.md). Bodies accept the snake_case aliases of CONTRACT §1.
+// POST /v1/app/agent/conversations (docs/API.md, Agent). Bodies accept the snake_case aliases of CONTRACT §1.
 
 // Only the aliases of these bodies' own fields: SNAKE_ALIASES also maps `model`, which the profile must refuse as unknown.
 const PROFILE_ALIASES = { system_prompt: 'systemPrompt' } as const

@@ -1,4 +1,4 @@
-// Wire shapes of the model routes (docs/api/models.md); the CLI imports them too.
+// Wire shapes of the model routes (docs/API.md, Models); the CLI imports them too.
 import { z } from 'zod'
 import { MAX_MODEL_ID_LENGTH } from '../../models/index.ts'
 import { DownloadProgress, ModelRecord } from './app.ts'
