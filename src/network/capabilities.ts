@@ -4,7 +4,7 @@ import { z } from 'zod'
 import type { NodeIdentity } from '../identity/index.ts'
 import { ProtocolError } from './errors.ts'
 import { NodeID, SignedEnvelope, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage, type FrameStream } from './frames.ts'
-import { openStream } from './libp2p-node.ts'
+import { openStream } from './peer-ids.ts'
 
 // What a node offers its peers, signed by its node key and fetched by each peer when it connects and at every
 // heartbeat. Signed although it comes over an authenticated connection: a record can then be shown to a third party

@@ -4,7 +4,7 @@ import type { Libp2p } from 'libp2p'
 import { z } from 'zod'
 import { ProtocolError } from './errors.ts'
 import { openFrames, readMessage, writeMessage } from './frames.ts'
-import { openStream } from './libp2p-node.ts'
+import { openStream } from './peer-ids.ts'
 
 // LAN cluster admission (CONTRACT §6 `cluster_passcode`): two nodes found by mDNS prove to each other that they know
 // the same passcode, by challenge and response over fresh nonces and both peer ids. Neither the passcode nor anything

@@ -6,7 +6,7 @@ import { z } from 'zod'
 import type { NodeIdentity } from '../identity/index.ts'
 import { ProtocolError } from './errors.ts'
 import { NodeID, SignedEnvelope, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage } from './frames.ts'
-import { openStream, peerIdToNodeID } from './libp2p-node.ts'
+import { openStream, peerIdToNodeID } from './peer-ids.ts'
 
 // The relay's rendezvous: a node registers a record of where it can be reached, signed by its node key, and lists
 // the records of the others. The relay is not trusted: every record is checked by whoever reads it.

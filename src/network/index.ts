@@ -1,8 +1,10 @@
 // What other layers (the composition root, the CLI) use of the network domain. Protocol files inside src/network
 // import each other directly.
-export { createPeerHost, openStream, handleProtocol, peerIdToNodeID, nodeIDToPeerId, peerIdFromIdentity, privateKeyFromIdentity, DEFAULT_LISTEN } from './libp2p-node.ts'
+// Not exported here, so that importing the network domain does not load libp2p's transports: createPeerHost
+// (./libp2p-node.ts) and startRelay (./relay.ts), which the relay command and tests import from their files.
+export { openStream, handleProtocol, peerIdToNodeID, nodeIDToPeerId, peerIdFromIdentity, privateKeyFromIdentity, DEFAULT_LISTEN } from './peer-ids.ts'
 export type { PeerHost, PeerHostOptions, PeerHostServices } from './libp2p-node.ts'
-export { startRelay, relayMultiaddrFromUrl, RELAY_MAX_RESERVATIONS } from './relay.ts'
+export { relayMultiaddrFromUrl } from './relay-address.ts'
 export type { RelayOptions, RelayLimits, RunningRelay } from './relay.ts'
 export { WanClient } from './wan.ts'
 export type { WanClientDeps, WanClientOptions, WanClientEvents, WanPeer } from './wan.ts'

@@ -12,8 +12,8 @@ import {
 } from './capabilities.ts'
 import { CLUSTER_PROTOCOL, MAX_INBOUND_CLUSTER_STREAMS, createClusterHandler, deriveClusterKey, joinCluster } from './cluster.ts'
 import { ProtocolError } from './errors.ts'
-import { DEFAULT_LAN_LISTEN } from './lan-presence.ts'
-import { DEFAULT_LISTEN, createPeerHost, handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID, type PeerHost } from './libp2p-node.ts'
+import type { PeerHost } from './libp2p-node.ts'
+import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from './peer-ids.ts'
 import { WanClient, type WanClientOptions } from './wan.ts'
 
 /** How a peer reached us: found by mDNS and admitted to the LAN cluster, or met through the WAN relay. */
@@ -175,6 +175,10 @@ export class PeerNetwork extends EventEmitter<PeerNetworkEvents> {
   /** Setting changes are applied one after another, in order. */
   #reconfiguring: Promise<void> = Promise.resolve()
   #unsubscribe: (() => void) | null = null
+  /** While networking is off: stops watching the settings for it to be switched on. */
+  #waiting: (() => void) | null = null
+  /** A host start under way, set off by a settings change. */
+  #starting: Promise<void> | null = null
 
   constructor (deps: PeerNetworkDeps, options: PeerNetworkOptions = {}) {
     super()
@@ -217,10 +221,32 @@ export class PeerNetwork extends EventEmitter<PeerNetworkEvents> {
     return this.#wan?.relayConnected ?? false
   }
 
+  /**
+   * Starts the libp2p host once WAN or the LAN cluster is on, now or when a setting switches one on: a node with
+   * networking off has nobody to talk to, and does not load libp2p or listen on any port for it. Protocols registered
+   * with `handle` before that are served as soon as the host starts.
+   */
   async start (): Promise<void> {
-    if (this.#host != null) return
+    if (this.#host != null || this.#waiting != null || this.#starting != null) return
+    if (networkWanted(this.#settings.get())) {
+      await this.#startHost()
+      return
+    }
+    this.#waiting = this.#settings.onChange(({ current }) => {
+      if (!networkWanted(current) || this.#starting != null) return
+      this.#waiting?.()
+      this.#waiting = null
+      this.#starting = this.#startHost()
+        .catch((err: unknown) => { this.#log.error({ err }, 'the peer network could not start') })
+        .finally(() => { this.#starting = null })
+    })
+  }
+
+  async #startHost (): Promise<void> {
     const shutdown = new AbortController()
     this.#shutdown = shutdown
+    // libp2p and its transports load here, the first time the network starts, not with the node.
+    const { createPeerHost } = await import('./libp2p-node.ts')
     const host = await createPeerHost(this.#identity, {
       listen: this.#options.listen,
       relayReservations: true,
@@ -254,6 +280,9 @@ export class PeerNetwork extends EventEmitter<PeerNetworkEvents> {
   }
 
   async stop (): Promise<void> {
+    this.#waiting?.()
+    this.#waiting = null
+    await this.#starting
     const host = this.#host
     if (host == null) return
     this.#unsubscribe?.()
@@ -819,6 +848,11 @@ function decayed (entry: { score: number, at: number } | undefined, now: number)
  * Slots a request from outside this node's PTNs may use (issue 4: `org_capacity_reservation` keeps that fraction of
  * the slots for PTN members): floor((1 - r) × slots).
  */
+/** Whether the settings ask for any peer networking: the relay (WAN) or the LAN cluster. */
+function networkWanted (settings: Settings): boolean {
+  return settings.wan_enabled || settings.cluster_enabled
+}
+
 export function publicSlots (slots: number, reservation: number): number {
   return Math.max(0, Math.floor((1 - reservation) * slots + 1e-9))
 }

@@ -6,8 +6,8 @@ import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
 import { MAX_ADDR_CHARS, MAX_RECORD_ADDRS, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
-import { nodeIDToPeerId } from './libp2p-node.ts'
-import { lastPeerId, relayMultiaddrFromUrl } from './relay.ts'
+import { nodeIDToPeerId } from './peer-ids.ts'
+import { lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
 
 export interface WanClientDeps {
   /** Built by `createPeerHost` with `relayUrl` set, so that it takes a reservation on the relay. */

@@ -7,8 +7,8 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { AGENT_PROTOCOL, signAgentMessage } from '../../src/agent/index.ts'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { openFrames, writeMessage } from '../../src/network/frames.ts'
-import { createPeerHost, nodeIDToPeerId } from '../../src/network/index.ts'
-import { startTestNode, type Api, type ApiResponse } from '../support/node.ts'
+import { createPeerHost, nodeIDToPeerId } from '../../src/network/libp2p-node.ts'
+import { startTestNode, waitFor, type Api, type ApiResponse } from '../support/node.ts'
 
 function assertError (res: ApiResponse, status: number, type: string, param?: string | null): void {
   assert.equal(res.status, status, JSON.stringify(res.body))
@@ -129,8 +129,11 @@ test('directory and conversations: empty without peers; every bad send refused a
   assert.deepEqual(await state(api), before, 'nothing changed')
 })
 
-test('a node that is no peer (no LAN cluster, no WAN) cannot open the agent protocol: nothing is filed', async (t) => {
+test('a node that is no peer (not admitted to the LAN cluster, no WAN) cannot open the agent protocol: nothing is filed', async (t) => {
   const node = await startTestNode(t)
+  // The cluster on, with a passcode the stranger cannot prove: the node listens, but does not admit it.
+  await node.api.patch('/v1/app/settings', { cluster_enabled: true, cluster_passcode: 'only-for-members' })
+  await waitFor(() => node.node.network.addresses().length > 0, { what: 'the peer network to start' })
   const stranger = identityFromSeed(generateSeed())
   const host = await createPeerHost(stranger, { listen: ['/ip4/127.0.0.1/tcp/0'] })
   t.after(() => host.stop())

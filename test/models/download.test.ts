@@ -79,7 +79,12 @@ await test('a connection dropped mid-body resumes with a Range request from wher
   assert.equal(result.sha256, sha256)
   assert.deepEqual(await readFile(destination), bytes)
   const cdn = fileRequests(hub).filter((r) => r.server === 'cdn')
-  assert.deepEqual(cdn.map((r) => [r.range, r.status]), [[null, 200], [`bytes=${1024 * 1024}-`, 206]])
+  assert.deepEqual(cdn.map((r) => r.status), [200, 206])
+  assert.equal(cdn[0].range, null)
+  // The server cut the socket after 1 MiB; a reset may discard bytes still in flight, so the resume starts at what
+  // actually arrived: never beyond the cut, never from the start.
+  const from = Number(/^bytes=(\d+)-$/.exec(cdn[1].range ?? '')?.[1])
+  assert.ok(from > 0 && from <= 1024 * 1024, `resumed from byte ${from}`)
 })
 
 await test('an aborted download keeps its .part and a later call resumes it', async (t) => {

@@ -23,8 +23,8 @@ export function registerRelay (program: Command): void {
     .option('--announce <multiaddr>', 'address to announce instead of the listen address, e.g. a public one (repeatable)', collect, [])
     .action(async (options: RelayCommandOptions) => {
       // Imported here, not at the top: every other command would pay for loading libp2p.
-      const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity, startRelay }] = await Promise.all([
-        import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts')
+      const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity }, { startRelay }] = await Promise.all([
+        import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts'), import('../../network/relay.ts')
       ])
       const log = createLogger(process.env.MESHNODE_LOG_LEVEL ?? 'info')
       mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
