@@ -1,5 +1,5 @@
 import { DatabaseSync } from 'node:sqlite'
-import { existsSync } from 'node:fs'
+import { chmodSync, existsSync } from 'node:fs'
 import { CorruptStateError } from '../errors.ts'
 import { MIGRATIONS } from './migrations.ts'
 
@@ -16,6 +16,9 @@ export function openDatabase (path: string): Database {
   let db: DatabaseSync
   try {
     db = new DatabaseSync(path)
+    // Key hashes, credits and memberships: readable by the owner only. SQLite gives its -wal and -shm files the
+    // database file's permissions.
+    chmodSync(path, 0o600)
     db.exec('PRAGMA journal_mode = WAL')
     db.exec('PRAGMA synchronous = FULL')
     db.exec('PRAGMA foreign_keys = ON')

@@ -7,7 +7,7 @@ import { startNode } from '../../src/node.ts'
 import { defaultConfig } from '../../src/config.ts'
 import { CorruptStateError } from '../../src/errors.ts'
 
-test('identity, settings and keys survive a restart; the key file is 0600', async (t) => {
+test('identity, settings and keys survive a restart; the data dir is 0700 and its secrets 0600', async (t) => {
   const first = await startTestNode(t)
   const key = (await first.api.post('/v1/app/apikeys', { name: 'keep' })).body
   await first.api.patch('/v1/app/settings', { max_storage_gb: 7, language: 'es' })
@@ -19,6 +19,8 @@ test('identity, settings and keys survive a restart; the key file is 0600', asyn
   assert.deepEqual((await second.api.get('/v1/app/apikeys')).body.keys.map((k: { id: string }) => k.id), [key.id])
   assert.equal((await stat(join(first.dataDir, 'node.key'))).mode & 0o777, 0o600)
   assert.equal((await stat(join(first.dataDir, 'admin-token'))).mode & 0o777, 0o600)
+  for (const file of ['meshnode.db', 'meshnode.db-wal']) assert.equal((await stat(join(first.dataDir, file))).mode & 0o777, 0o600, file)
+  assert.equal((await stat(first.dataDir)).mode & 0o777, 0o700)
 })
 
 test('kill -9 during a burst of concurrent PATCH and key-generate calls loses nothing acknowledged', async (t) => {
