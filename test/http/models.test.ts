@@ -1,5 +1,6 @@
 // The models API over real HTTP: a real node pointed at the fake hub (hfEndpoint), downloading the generated tiny
 // GGUF with the production downloader, verifying it, and loading it into the real engine.
+import OpenAI from 'openai'
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'
 import assert from 'node:assert/strict'
@@ -93,7 +94,7 @@ function fileGets (hub: FakeHub, gguf: TinyGguf): FakeHub['requests'] {
   return hub.requests.filter((r) => r.method === 'GET' && r.server === 'cdn' && r.path === `/cdn/${gguf.sha256}`)
 }
 
-test('download sends progress events, verifies the sha256, and the model loads and unloads', async (t) => {
+test('download sends progress events, verifies the sha256, and the model loads, answers the openai client and unloads', async (t) => {
   const { api, gguf, modelsDir, hub } = await fixture(t)
   const stream = await subscribe(t, api)
   assert.ok(stream.comments.includes('connected') || (await waitFor(() => stream.comments.includes('connected'))))
@@ -146,6 +147,19 @@ test('download sends progress events, verifies the sha256, and the model loads a
   const inSnapshot = app.models.find((m: { modelID: string }) => m.modelID === MODEL)
   assert.equal(inSnapshot.status, 'loaded')
   assert.equal(inSnapshot.contextLength, 512, 'the GGUF\'s training context, known once loaded')
+
+  // The downloaded, verified, loaded model answers through the official OpenAI client, streaming and not.
+  const openai = new OpenAI({ baseURL: `${api.url}/v1`, apiKey: 'sk-unused', maxRetries: 0 })
+  assert.deepEqual((await openai.models.list()).data.map((m) => [m.id, m.owned_by]), [[MODEL, 'local']])
+  const messages = [{ role: 'user' as const, content: 'Tell me a story.' }]
+  const whole = await openai.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0 })
+  assert.equal(whole.usage?.completion_tokens, 6)
+  let streamed = ''
+  for await (const chunk of await openai.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0, stream: true })) {
+    streamed += chunk.choices[0]?.delta.content ?? ''
+  }
+  assert.ok(streamed.length > 0)
+  assert.equal(streamed, whole.choices[0].message.content)
 
   // Spec §4.3: no body. A client that still says application/json with an empty body is answered the same.
   const unload = await api.post('/v1/app/models/unload')
