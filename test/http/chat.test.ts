@@ -197,7 +197,11 @@ test('beyond the queue: 429 with Retry-After; a client abort frees the slot for 
   // While it waits for the slot, the queued stream is already open and says so in a comment.
   const queuedResponse = await queued
   assert.equal(queuedResponse.status, 200)
+  assert.match(queuedResponse.headers.get('content-type') ?? '', /^text\/event-stream/)
   await waitFor(() => node.engine.stats().queued === 1, { what: 'the second request to queue' })
+  const reader = queuedResponse.body?.getReader()
+  const opened = new TextDecoder().decode((await reader?.read())?.value)
+  assert.match(opened, /^: stream opened\n\n/, 'a comment line keeps the waiting client company before any token')
 
   const refused = await fetch(`${node.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(long) })
   assert.equal(refused.status, 429)
