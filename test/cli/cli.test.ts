@@ -82,3 +82,12 @@ test('a client command against no node says how to start one', async (t) => {
   assert.equal(result.code, 1)
   assert.match(result.stderr, /Cannot reach the node .*meshnode serve/)
 })
+
+test('serve refuses out-of-range numeric options with a usage error naming the option', async (t) => {
+  const dataDir = await tempDir(t)
+  for (const [option, value, range] of [['--port', '70000', '0 to 65535'], ['--slots', '0', '1 to 64'], ['--threads', 'many', '1 to 256'], ['--queue-size', '-1', '0 to 10000'], ['--context-size', '64', '128 to 1048576']]) {
+    const result = await meshnode(['serve', option, value, '--data-dir', dataDir])
+    assert.equal(result.code, 2, option)
+    assert.ok(result.stderr.includes(`${option} must be a whole number from ${range}, not ${value}`), result.stderr)
+  }
+})

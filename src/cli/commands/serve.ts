@@ -7,6 +7,9 @@ interface ServeOptions {
   dataDir: string
   name?: string
   threads?: string
+  slots?: string
+  queueSize?: string
+  contextSize?: string
   allowedOrigin: string[]
   allowedHost: string[]
   p2pListen: string[]
@@ -19,18 +22,25 @@ export function registerServe (program: Command): void {
     .option('--host <host>', 'address to listen on (loopback unless you mean to expose the node)', DEFAULT_HOST)
     .option('--data-dir <dir>', 'where the database, node key, models and admin-token live', defaultDataDir())
     .option('--name <name>', 'display name of this node')
-    .option('--threads <n>', 'llama.cpp threads (default: derived from the CPU count)')
+    .option('--threads <n>', 'llama.cpp threads (default: one less than the cores, at most 4)')
+    .option('--slots <n>', 'requests the loaded model serves at once (default 2)')
+    .option('--queue-size <n>', 'requests that may wait for a slot before new ones get 429 (default 16)')
+    .option('--context-size <tokens>', 'context tokens per slot, capped at the model\'s own (default 4096)')
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--p2p-listen <multiaddr>', 'peer-to-peer listen address, e.g. /ip4/0.0.0.0/tcp/4002 (repeatable; default: loopback only)', collect, [])
     .action(async (options: ServeOptions) => {
-      const port = parsePort(options.port)
+      const port = parseWhole('--port', options.port, 0, 65535)
+      const defaults = defaultConfig()
       const config = defaultConfig({
         port,
         host: options.host,
         dataDir: options.dataDir,
         name: options.name ?? null,
-        threads: options.threads == null ? null : Number(options.threads),
+        threads: options.threads == null ? null : parseWhole('--threads', options.threads, 1, 256),
+        slots: options.slots == null ? defaults.slots : parseWhole('--slots', options.slots, 1, 64),
+        queueSize: options.queueSize == null ? defaults.queueSize : parseWhole('--queue-size', options.queueSize, 0, 10_000),
+        contextSize: options.contextSize == null ? defaults.contextSize : parseWhole('--context-size', options.contextSize, 128, 1_048_576),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null
@@ -71,11 +81,12 @@ function collect (value: string, previous: string[]): string[] {
   return [...previous, value]
 }
 
-function parsePort (value: string): number {
-  const port = Number(value)
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    process.stderr.write(`meshnode: --port must be a whole number from 0 to 65535, not ${value}\n`)
+/** A whole-number option in range, or a clear message and exit code 2 (a usage error, as commander's own). */
+function parseWhole (option: string, value: string, min: number, max: number): number {
+  const number = Number(value)
+  if (!/^\d+$/.test(value) || number < min || number > max) {
+    process.stderr.write(`meshnode: ${option} must be a whole number from ${min} to ${max}, not ${value}\n`)
     process.exit(2)
   }
-  return port
+  return number
 }
