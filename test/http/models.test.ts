@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { startFakeHub, type FakeHub } from '../support/fake-hub.ts'
 import { startTestNode, tempDir, waitFor, type Api, type TestNode } from '../support/node.ts'
 import { writeTinyGguf, type TinyGguf } from '../support/tiny-gguf.ts'
+import { exists } from '../support/files.ts'
 
 const REPO = 'meshnode-test/tiny-GGUF'
 const MODEL = `hf.co/${REPO}/tiny.gguf`
@@ -67,16 +68,6 @@ async function subscribe (t: TestContext, api: Api): Promise<{ events: SseEvent[
     () => events.find((e) => e.event === event && (modelID == null || e.data.modelID === modelID)),
     { what: `event ${event}` })
   return { events, comments, next, ended }
-}
-
-async function exists (path: string): Promise<boolean> {
-  try {
-    await stat(path)
-    return true
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false
-    throw err
-  }
 }
 
 async function record (api: Api, modelID: string): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any

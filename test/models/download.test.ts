@@ -11,6 +11,7 @@ import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, Inte
 import { startFakeHub } from '../support/fake-hub.ts'
 import type { FakeHub, FakeHubOptions } from '../support/fake-hub.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
+import { exists } from '../support/files.ts'
 
 const REPO = 'meshnode-test/tiny-GGUF'
 const FILE = 'tiny-f32.gguf'
@@ -27,16 +28,6 @@ async function fixture (t: TestContext, hubOptions: FakeHubOptions = {}, sizeByt
   const bytes = randomBytes(sizeBytes)
   const { sha256 } = await hub.addFile(REPO, FILE, bytes)
   return { hub, dir, url: `${hub.url}/${REPO}/resolve/main/${FILE}`, bytes, sha256 }
-}
-
-async function exists (path: string): Promise<boolean> {
-  try {
-    await stat(path)
-    return true
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false
-    throw err
-  }
 }
 
 function fileRequests (hub: FakeHub): FakeHub['requests'] {
