@@ -250,11 +250,12 @@ export class PtnService {
       throw new ConflictError(`This node holds the only known copy of the CA key of PTN ${ptnID}; leaving deletes it and no one could issue certificates again. Send force: true to leave anyway`)
     }
     const admins = this.#reachableAdmins(ptnID)
-    if (holdsKey) this.#keys.remove(ptnID)
     inTransaction(this.#db, () => {
       this.#updateMembership.run({ ptn: ptnID, role: row.role, status: 'left', cert: null, now: nowIso() })
       this.#noteLeft(ptnID, this.#identity.nodeID)
     })
+    // The key goes only once leaving is committed: a crash in between leaves a key on disk, never a member without it.
+    if (holdsKey) this.#keys.remove(ptnID)
     this.#log.info({ ptnID, notifying: admins.length }, 'left PTN')
     // Best effort: an admin that is offline now learns nothing, and counts this node until told otherwise.
     await Promise.all(admins.map(async admin => {
