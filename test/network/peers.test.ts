@@ -113,7 +113,7 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     const held = fetch(`${first.node.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, messages: hello, max_tokens: 4000, stream: true }),
+      body: JSON.stringify({ model: MODEL, messages: hello, max_tokens: 4000, temperature: 0, stream: true }),
       signal: holder.signal
     }).then(async res => { await res.text() }).catch(() => undefined)
     t.after(() => { holder.abort() })

@@ -35,7 +35,7 @@ test('org_capacity_reservation keeps slots for PTN members: outsiders get 429 be
   t.after(() => { holder.abort() })
   const held = fetch(`${outsider.node.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' }, signal: holder.signal,
-    body: JSON.stringify({ model: MODEL, messages: hello, max_tokens: 4000, stream: true })
+    body: JSON.stringify({ model: MODEL, messages: hello, max_tokens: 4000, temperature: 0, stream: true })
   }).then(async res => { await res.text() }).catch(() => undefined)
   await waitFor(() => server.node.engine.stats().busySlots === 1, { what: 'the outsider\'s request to run' })
 
