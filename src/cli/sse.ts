@@ -4,8 +4,11 @@ export interface SseEvent {
   data: string
 }
 
-/** The events of a server-sent event stream as they arrive; comment lines (keep-alives) are skipped. */
-export async function * readSse (response: Response): AsyncGenerator<SseEvent> {
+/**
+ * The events of a server-sent event stream as they arrive. Comment lines (keep-alives) are not events; `onComment`
+ * sees them, for callers that care (tests do).
+ */
+export async function * readSse (response: Response, options: { onComment?: (text: string) => void } = {}): AsyncGenerator<SseEvent> {
   if (response.body == null) return
   const decoder = new TextDecoder()
   let buffer = ''
@@ -18,7 +21,8 @@ export async function * readSse (response: Response): AsyncGenerator<SseEvent> {
       let event = 'message'
       let data: string | null = null
       for (const line of block.split('\n')) {
-        if (line.startsWith('event: ')) event = line.slice(7)
+        if (line.startsWith(':')) options.onComment?.(line.slice(1).trim())
+        else if (line.startsWith('event: ')) event = line.slice(7)
         else if (line.startsWith('data: ')) data = line.slice(6)
       }
       if (data != null) yield { event, data }

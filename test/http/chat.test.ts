@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import OpenAI from 'openai'
-import { readSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+import { collectSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 import { startTestNode, waitFor } from '../support/node.ts'
 
 const hello = [{ role: 'user' as const, content: 'Tell me a story about a cat.' }]
@@ -56,7 +56,7 @@ test('streaming: role chunk first, content deltas, a finish chunk, the usage chu
   })
   assert.equal(raw.headers.get('x-served-by'), 'local')
   assert.match(raw.headers.get('content-type') ?? '', /^text\/event-stream/)
-  const { data } = await readSse(raw)
+  const { data } = await collectSse(raw)
   assert.equal(data.at(-1), '[DONE]')
   assert.ok(!data.slice(0, -1).some((d) => 'usage' in JSON.parse(d)), 'no usage field unless asked for')
 })
@@ -222,7 +222,7 @@ test('a failure mid-stream ends with an OpenAI-shaped error event, then [DONE]',
     body: JSON.stringify({ model: TINY_MODEL_ID, messages: hello, max_tokens: 100_000, temperature: 0, stream: true })
   })
   assert.equal(response.status, 200)
-  const reading = readSse(response)
+  const reading = collectSse(response)
   await waitFor(() => node.engine.stats().busySlots === 1, { what: 'generation to start' })
   await node.engine.unload() // pulls the model out from under the running generation
   const { data } = await reading

@@ -10,6 +10,7 @@ import { startFakeHub, type FakeHub } from '../support/fake-hub.ts'
 import { startTestNode, tempDir, waitFor, type Api, type TestNode } from '../support/node.ts'
 import { writeTinyGguf, type TinyGguf } from '../support/tiny-gguf.ts'
 import { exists } from '../support/files.ts'
+import { readSse } from '../../src/cli/sse.ts'
 
 const REPO = 'meshnode-test/tiny-GGUF'
 const MODEL = `hf.co/${REPO}/tiny.gguf`
@@ -41,20 +42,9 @@ async function subscribe (t: TestContext, api: Api): Promise<{ events: SseEvent[
   const events: SseEvent[] = []
   const comments: string[] = []
   const ended = (async () => {
-    let buffer = ''
     try {
-      for await (const chunk of response.body ?? []) {
-        buffer += Buffer.from(chunk).toString('utf8')
-        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-          const block = buffer.slice(0, end)
-          buffer = buffer.slice(end + 2)
-          let event = 'message'
-          for (const line of block.split('\n')) {
-            if (line.startsWith(':')) comments.push(line.slice(1).trim())
-            else if (line.startsWith('event: ')) event = line.slice(7)
-            else if (line.startsWith('data: ')) events.push({ event, data: JSON.parse(line.slice(6)) })
-          }
-        }
+      for await (const { event, data } of readSse(response, { onComment: (text) => { comments.push(text) } })) {
+        events.push({ event, data: JSON.parse(data) })
       }
     } catch (err) {
       if (!controller.signal.aborted) throw err // our own hang-up at the end of the test is expected

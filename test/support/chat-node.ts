@@ -2,6 +2,7 @@
 import type { TestContext } from 'node:test'
 import { join } from 'node:path'
 import OpenAI from 'openai'
+import { readSse } from '../../src/cli/sse.ts'
 import type { NodeConfig } from '../../src/config.ts'
 import { startTestNode, tempDir, type TestNode } from './node.ts'
 import { writeTinyGguf } from './tiny-gguf.ts'
@@ -23,16 +24,10 @@ export async function startChatNode (t: TestContext, overrides: Partial<NodeConf
   return { ...started, openai, modelPath: path }
 }
 
-/** Reads an SSE body into its data payloads and comment lines, as a client on the wire sees them. */
-export async function readSse (response: Response): Promise<{ data: string[], comments: string[] }> {
-  const text = await response.text()
+/** Reads a whole SSE body into its data payloads and comment lines, as a client on the wire sees them. */
+export async function collectSse (response: Response): Promise<{ data: string[], comments: string[] }> {
   const data: string[] = []
   const comments: string[] = []
-  for (const block of text.split('\n\n')) {
-    for (const line of block.split('\n')) {
-      if (line.startsWith('data: ')) data.push(line.slice(6))
-      else if (line.startsWith(':')) comments.push(line.slice(1).trim())
-    }
-  }
+  for await (const event of readSse(response, { onComment: (text) => { comments.push(text) } })) data.push(event.data)
   return { data, comments }
 }
