@@ -21,7 +21,7 @@ import { detectHardware } from './system/hardware.ts'
 import { KeepAwake } from './system/keep-awake.ts'
 import { Ledger, SolanaWallet, Wallet, pricePer1kTokensMicro } from './wallet/index.ts'
 
-export const DATABASE_FILE = 'meshnode.db'
+const DATABASE_FILE = 'meshnode.db'
 /** How often `lastUsed` of API keys is written: often enough to be useful, never per request. */
 const KEY_USAGE_FLUSH_MS = 10_000
 
