@@ -62,6 +62,12 @@ const DEFAULT_QUEUE_SIZE = 16
 const DEFAULT_CONTEXT_SIZE = 2048
 const DEFAULT_TEMPERATURE = 1 // OpenAI's documented default; node-llama-cpp's own default (0) would be greedy
 const MAX_STOP_STRINGS = 16
+/**
+ * Temperatures below this sample greedily. Logits divided by a temperature near 1e-38 overflow float32 to infinity,
+ * the softmax turns to NaN and llama.cpp picks a token the grammar forbids (issue 14's crash request); a temperature
+ * this small is greedy in all but name anyway.
+ */
+const GREEDY_BELOW_TEMPERATURE = 1e-3
 const SEED_RANGE = 0xFFFFFFFF // seeds 0 .. 2^32 - 2; llama.cpp's LLAMA_DEFAULT_SEED (2^32 - 1) means "pick one at random"
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
@@ -263,7 +269,8 @@ export class LocalEngine implements ChatEngine {
         `The messages take ${promptTokens} tokens; model ${modelID} has room for ${contextLength - 2} per request`, 'messages')
     }
     const maxTokens = optionalNumber(request.maxTokens, 'maxTokens', { min: 1, integer: true })
-    const temperature = optionalNumber(request.temperature, 'temperature', { min: 0, max: 2 }) ?? DEFAULT_TEMPERATURE
+    const askedTemperature = optionalNumber(request.temperature, 'temperature', { min: 0, max: 2 }) ?? DEFAULT_TEMPERATURE
+    const temperature = askedTemperature < GREEDY_BELOW_TEMPERATURE ? 0 : askedTemperature
     const presencePenalty = optionalNumber(request.presencePenalty, 'presencePenalty', { min: -2, max: 2 }) ?? 0
     const frequencyPenalty = optionalNumber(request.frequencyPenalty, 'frequencyPenalty', { min: -2, max: 2 }) ?? 0
     const seed = optionalNumber(request.seed, 'seed', { integer: true })

@@ -9,8 +9,68 @@ let module: Promise<LlamaModule> | null = null
  * model (or has not loaded one yet) should not pay at start.
  */
 export async function llamaModule (): Promise<LlamaModule> {
-  module ??= import('node-llama-cpp')
+  module ??= import('node-llama-cpp').then((loaded) => {
+    guardSampling(loaded.LlamaContextSequence)
+    return loaded
+  })
   return await module
+}
+
+/**
+ * Issue 14, the critical defect: node-llama-cpp samples each sequence's next token inside its shared batch loop,
+ * which it runs as an unowned promise (`void withLock(...)` in `LlamaContext.dispatchPendingBatch`). A sampler that
+ * throws there (llama.cpp's "Failed to accept token in sampler: Unexpected empty grammar stack", reachable from a
+ * grammar with a degenerate temperature) became an unhandled rejection that ended the process, and the generation
+ * that caused it waited forever. We wrap the per-sequence decode so that a sampling failure is caught where it
+ * happens, the batch loop carries on for the other sequences, and the failure is thrown from that sequence's own
+ * `_decodeTokens` call, i.e. to the one generation that caused it. node-llama-cpp is pinned to an exact version; if
+ * the private method changes shape we leave it alone rather than guess (`guardedSampling` says which happened).
+ */
+const GUARDED = Symbol.for('meshnode.guardedSampling')
+
+function guardSampling (Sequence: LlamaModule['LlamaContextSequence']): void {
+  const prototype = Sequence.prototype as unknown as Record<string | symbol, unknown>
+  const original = prototype._decodeTokens
+  // (tokens, logits, evaluationPriority, tokenMeter, contextShiftOptions, logitDataMapper, afterBatchAction)
+  const MAPPER = 5
+  if (typeof original !== 'function' || original.length !== 7 || prototype[GUARDED] === true) return
+  prototype[GUARDED] = true
+  prototype._decodeTokens = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
+    const mapper = args[MAPPER]
+    let failure: { error: unknown } | null = null
+    if (typeof mapper === 'function') {
+      const fail = (error: unknown): number => {
+        failure ??= { error }
+        return -1   // node-llama-cpp's own "no token" value; we throw the real error below before anyone reads it
+      }
+      args[MAPPER] = (...mapperArgs: unknown[]): unknown => {
+        try {
+          const mapped: unknown = mapper(...mapperArgs)
+          return mapped instanceof Promise ? mapped.catch(fail) : mapped
+        } catch (error) {
+          return fail(error)
+        }
+      }
+    }
+    const result: unknown = await (original as (...a: unknown[]) => Promise<unknown>).apply(this, args)
+    if (failure != null) throw new SamplingError((failure as { error: unknown }).error)
+    return result
+  }
+}
+
+
+/** Whether node-llama-cpp's sampling is guarded (see `guardSampling`); false means its private API changed. */
+export async function guardedSampling (): Promise<boolean> {
+  const { LlamaContextSequence } = await llamaModule()
+  return (LlamaContextSequence.prototype as unknown as Record<symbol, unknown>)[GUARDED] === true
+}
+
+/** llama.cpp failed to sample a token for one generation; that generation ends, the engine and the others go on. */
+export class SamplingError extends Error {
+  override name = 'SamplingError'
+  constructor (cause: unknown) {
+    super(`The engine failed to sample the next token: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
+  }
 }
 
 // The one module-level memo STYLE.md §11 allows, and why: node-llama-cpp binds one native llama.cpp backend per

@@ -15,6 +15,9 @@ interface ServeOptions {
   p2pListen: string[]
 }
 
+/** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
+const LAST_RESORT_CLOSE_MS = 5_000
+
 export function registerServe (program: Command): void {
   program.command('serve')
     .description('run the node in the foreground')
@@ -74,6 +77,21 @@ export function registerServe (program: Command): void {
       }
       process.on('SIGTERM', () => { stop('SIGTERM') })
       process.on('SIGINT', () => { stop('SIGINT') })
+      // The last resort (issue 14): every engine call and peer stream is guarded where it runs, so reaching here means
+      // state we cannot vouch for. Log it, close what can be closed in a few seconds, and exit non-zero so that a
+      // supervisor (systemd, Docker, pm2) starts a clean node, rather than serving on in an unknown state.
+      const running = node
+      let failing = false
+      const fatal = (kind: string) => (err: unknown): void => {
+        if (failing) return
+        failing = true
+        running.log.fatal({ err, kind }, 'unexpected failure: the node stops so that its supervisor can restart it')
+        const deadline = setTimeout(() => process.exit(1), LAST_RESORT_CLOSE_MS)
+        deadline.unref()
+        running.close().finally(() => process.exit(1)).catch(() => process.exit(1))
+      }
+      process.on('uncaughtException', fatal('uncaughtException'))
+      process.on('unhandledRejection', fatal('unhandledRejection'))
     })
 }
 
