@@ -6,7 +6,7 @@ import { ADMIN_TOKEN_FILE, VERSION, type NodeConfig } from './config.ts'
 import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
 import { loadOrCreateIdentity, type NodeIdentity } from './identity/index.ts'
-import { ApiKeys } from './keys/index.ts'
+import { ApiKeys, Sessions } from './keys/index.ts'
 import { LocalEngine, LocalRouter, defaultInferenceThreads } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
@@ -61,6 +61,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const metrics = new MetricsRegistry()
     const settings = new SettingsStore({ db })
     const keys = new ApiKeys({ db }, { adminToken })
+    const sessions = new Sessions({ keys })
     const keepAwake = new KeepAwake({ log: log.child({ part: 'keep-awake' }) })
     const engine = new LocalEngine({ log: log.child({ part: 'engine' }) }, {
       threads: config.threads ?? defaultInferenceThreads(availableParallelism()),
@@ -146,6 +147,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       log,
       settings,
       keys,
+      sessions,
       metrics,
       router,
       peers: { network },

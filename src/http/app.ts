@@ -4,13 +4,14 @@ import swagger from '@fastify/swagger'
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod'
 import type { Logger } from 'pino'
 import type { ChatRouter } from '../inference/index.ts'
-import type { ApiKeys } from '../keys/index.ts'
+import type { ApiKeys, Sessions } from '../keys/index.ts'
 import type { MetricsRegistry } from '../metrics/index.ts'
 import type { ModelStore } from '../models/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
 import { errorHandler, notFoundHandler } from './errors.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
 import { apiKeyRoutes } from './routes/apikeys.ts'
+import { sessionRoutes } from './routes/session.ts'
 import { appStateRoutes } from './routes/app-state.ts'
 import { chatRoutes } from './routes/chat.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -32,6 +33,8 @@ export interface HttpDeps {
   log: Logger
   settings: SettingsStore
   keys: ApiKeys
+  /** Dashboard browser sessions: the cookie the guards accept besides a Bearer key. */
+  sessions: Sessions
   metrics: MetricsRegistry
   health: () => Health
   snapshot: () => AppSnapshot
@@ -103,6 +106,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   await app.register(healthRoutes, { health: deps.health })
   await app.register(appStateRoutes, { snapshot: deps.snapshot, settings: deps.settings })
   await app.register(apiKeyRoutes, { keys: deps.keys })
+  await app.register(sessionRoutes, { sessions: deps.sessions, keys: deps.keys, settings: deps.settings })
   await app.register(metricsRoutes, { metrics: deps.metrics })
   if (deps.peers != null) await app.register(peersRoutes, deps.peers)
   await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })

@@ -1,8 +1,9 @@
 import { isIP } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { AuthenticationError, PermissionError } from '../errors.ts'
-import type { ApiKeys, Principal } from '../keys/index.ts'
+import type { ApiKeys, Principal, Sessions } from '../keys/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
+import { readSessionCookie } from './session-cookie.ts'
 import type { HttpApp } from './types.ts'
 
 export interface GuardOptions {
@@ -16,6 +17,10 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal: Principal | null
   }
+  interface FastifyContextConfig {
+    /** No key or session needed (the Host, Origin and loopback guards still apply): the dashboard's files, sign-in. */
+    public?: boolean
+  }
 }
 
 const PUBLIC_ROUTES = new Set(['/health'])
@@ -25,7 +30,7 @@ const PUBLIC_ROUTES = new Set(['/health'])
  * of another site may drive the node), the client address (loopback only until network access is on), and the key
  * (required everywhere but /health once network access is on, ignored while it is off).
  */
-export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, keys: ApiKeys }, options: GuardOptions): void {
+export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, keys: ApiKeys, sessions: Sessions }, options: GuardOptions): void {
   const allowedHosts = new Set(options.allowedHosts.map((host) => host.toLowerCase()))
   const allowedOrigins = new Set(options.allowedOrigins.map((origin) => origin.toLowerCase().replace(/\/$/, '')))
   app.decorateRequest('principal', null)
@@ -37,7 +42,8 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
     }
 
     const origin = request.headers.origin
-    if (origin != null) {
+    // The dashboard's own requests: browsers send Origin on every POST, same-origin included (no CORS headers needed)
+    if (origin != null && !isSameOrigin(origin, request.headers.host)) {
       if (!allowedOrigins.has(origin.toLowerCase())) throw new PermissionError(`Origin not allowed: ${origin}`)
       void reply.header('access-control-allow-origin', origin)
       void reply.header('vary', 'Origin')
@@ -59,12 +65,57 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
     }
     const path = request.url.split('?')[0]
     if (PUBLIC_ROUTES.has(path) && request.method === 'GET') return
+    const isPublic = request.routeOptions.config?.public === true
     const token = bearerToken(request.headers.authorization)
-    if (token == null) throw new AuthenticationError('An API key is required: send Authorization: Bearer <key>', 'missing_api_key')
+    if (token == null) {
+      const session = sessionPrincipal(request, deps.sessions)
+      if (session != null) {
+        request.principal = session
+        return
+      }
+      if (isPublic) return
+      throw new AuthenticationError('An API key is required: send Authorization: Bearer <key>', 'missing_api_key')
+    }
     const principal = deps.keys.authenticate(token)
-    if (principal == null) throw new AuthenticationError('Invalid or revoked API key', 'invalid_api_key')
+    if (principal == null && !isPublic) throw new AuthenticationError('Invalid or revoked API key', 'invalid_api_key')
     request.principal = principal
   })
+}
+
+/**
+ * The dashboard's session cookie, as an alternative to the Bearer key (docs/API.md, Dashboard sessions). A cookie
+ * is sent by the browser on its own, so a request that changes state must also prove it comes from the dashboard's
+ * page: an Origin of this very node (browsers send it on every non-GET fetch) and, where the browser sends it,
+ * Sec-Fetch-Site same-origin. SameSite=Strict already keeps other sites' pages from sending the cookie; this also
+ * refuses pages on other ports of the same host, which count as the same site.
+ */
+function sessionPrincipal (request: FastifyRequest, sessions: Sessions): Principal | null {
+  const cookie = readSessionCookie(request)
+  if (cookie == null) return null
+  const principal = sessions.authenticate(cookie)
+  if (principal == null) return null
+  if (!SAFE_METHODS.has(request.method)) {
+    const origin = request.headers.origin
+    const site = request.headers['sec-fetch-site']
+    if (origin == null || !isSameOrigin(origin, request.headers.host) || (site != null && site !== 'same-origin')) {
+      throw new PermissionError('A request signed in by the session cookie that changes state must come from this node\'s own page (same Origin)')
+    }
+  }
+  return principal
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+
+/** Whether a browser Origin is this node itself, as the Host header (already checked) names it. */
+function isSameOrigin (origin: string, host: string | undefined): boolean {
+  if (host == null) return false
+  try {
+    const url = new URL(origin)
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.host === host.trim().toLowerCase()
+  } catch (err) {
+    if (err instanceof TypeError) return false // 'null' and other opaque origins
+    throw err
+  }
 }
 
 function bearerToken (header: string | undefined): string | null {

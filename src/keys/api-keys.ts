@@ -100,6 +100,12 @@ export class ApiKeys {
     return isAdmin ? { kind: 'admin-token' } : null
   }
 
+  /** Whether `principal` may still act: the admin token always, a key until it is revoked (sessions ask this). */
+  isActive (principal: Principal): boolean {
+    if (principal.kind === 'admin-token') return true
+    return this.#keys.some((key) => key.id === principal.keyID && !key.revoked)
+  }
+
   /** Writes the `lastUsed` times gathered since the last flush, in one transaction. */
   flushUsage (): void {
     if (this.#pendingUsage.size === 0) return

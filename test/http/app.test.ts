@@ -6,7 +6,7 @@ import { startTestNode, tempDir } from '../support/node.ts'
 import { buildHttpApp } from '../../src/http/app.ts'
 import { openDatabase } from '../../src/store/index.ts'
 import { SettingsStore } from '../../src/settings/index.ts'
-import { ApiKeys } from '../../src/keys/index.ts'
+import { ApiKeys, Sessions } from '../../src/keys/index.ts'
 import { MetricsRegistry } from '../../src/metrics/index.ts'
 import { createLogger } from '../../src/log.ts'
 import { LocalEngine, LocalRouter } from '../../src/inference/index.ts'
@@ -95,10 +95,12 @@ test('a 500 carries a request id and no stack or cause, and is logged once with 
   t.after(() => { db.close() })
   const lines: string[] = []
   const log = createLogger('info', new Writable({ write (chunk, _enc, done) { lines.push(String(chunk)); done() } }))
+  const keys = new ApiKeys({ db }, { adminToken: 'x'.repeat(43) })
   const app = await buildHttpApp({
     log,
     settings: new SettingsStore({ db }),
-    keys: new ApiKeys({ db }, { adminToken: 'x'.repeat(43) }),
+    keys,
+    sessions: new Sessions({ keys }),
     metrics: new MetricsRegistry(),
     health: () => ({ status: 'ok', version: '0', nodeID: 'n', uptimeSeconds: 0 }),
     snapshot: () => { throw new Error('secret detail at /home/user/.meshnode') },
