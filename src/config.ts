@@ -34,6 +34,8 @@ export interface NodeConfig {
   hfEndpoint: string
   /** `$HF_TOKEN`, sent to the hub for gated or private repos; null when unset. */
   hfToken: string | null
+  /** Disk a model download must leave free (default 256 MiB); tests raise it to see a full disk refused. */
+  diskHeadroomBytes?: number
   /** libp2p listen multiaddrs; null: loopback TCP and WebSocket on free ports (reachable from elsewhere via the relay). */
   p2pListen: string[] | null
   /** Peer network tunables (heartbeat, WAN sync and backoff, demand-driven models); tests and the bench shorten them. */

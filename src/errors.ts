@@ -51,6 +51,11 @@ export class UnavailableError extends Error {
   override name = 'UnavailableError'
 }
 
+/** The disk has no room for what the request would write (a model download); freeing space would help. */
+export class InsufficientStorageError extends Error {
+  override name = 'InsufficientStorageError'
+}
+
 /** The request body is larger than we accept. */
 export class TooLargeError extends Error {
   override name = 'TooLargeError'

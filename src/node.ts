@@ -22,8 +22,8 @@ import { KeepAwake } from './system/keep-awake.ts'
 import { Ledger, SolanaWallet, Wallet, pricePer1kTokensMicro } from './wallet/index.ts'
 
 const DATABASE_FILE = 'meshnode.db'
-/** How often `lastUsed` of API keys is written: often enough to be useful, never per request. */
-const KEY_USAGE_FLUSH_MS = 10_000
+/** How often `lastUsed` of API keys and models is written: often enough to be useful, never per request. */
+const USAGE_FLUSH_MS = 10_000
 
 export interface RunningNode {
   readonly identity: NodeIdentity
@@ -71,7 +71,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     })
     cleanups.unshift(() => engine.close())
     const models = new ModelStore({ db, engine, settings, log: log.child({ part: 'models' }) },
-      { dir: join(config.dataDir, 'models'), hubUrl: config.hfEndpoint, token: config.hfToken })
+      { dir: join(config.dataDir, 'models'), hubUrl: config.hfEndpoint, token: config.hfToken, diskHeadroomBytes: config.diskHeadroomBytes })
     cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
     const localRouter = new LocalRouter({ engine, sameModel })
 
@@ -138,9 +138,9 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     })
     cleanups.unshift(() => { keepAwake.set(false) })
 
-    const flushUsage = setInterval(() => { keys.flushUsage() }, KEY_USAGE_FLUSH_MS)
+    const flushUsage = setInterval(() => { keys.flushUsage(); models.flushUsage() }, USAGE_FLUSH_MS)
     flushUsage.unref()
-    cleanups.unshift(() => { clearInterval(flushUsage); keys.flushUsage() })
+    cleanups.unshift(() => { clearInterval(flushUsage); keys.flushUsage() }) // models flush their own in close()
 
     let port = config.port
     const http = await buildHttpApp({

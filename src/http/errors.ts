@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyBaseLogger } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
-  AuthenticationError, BusyError, ConflictError, InsufficientCreditsError, InvalidInputError, NotFoundError,
+  AuthenticationError, BusyError, ConflictError, InsufficientCreditsError, InsufficientStorageError, InvalidInputError, NotFoundError,
   PermissionError, TooLargeError, UnavailableError
 } from '../errors.ts'
 
@@ -30,6 +30,7 @@ export function classify (err: unknown, requestID: string): Classified {
   if (err instanceof TooLargeError) return plain(413, 'request_too_large', err.message)
   if (err instanceof BusyError) return { ...plain(429, 'rate_limit_error', err.message), retryAfterSeconds: err.retryAfterSeconds }
   if (err instanceof UnavailableError) return plain(503, 'service_unavailable', err.message)
+  if (err instanceof InsufficientStorageError) return plain(507, 'insufficient_storage', err.message)
   return fromFastifyError(err) ?? plain(500, 'internal_error', `internal error (request ${requestID})`)
 }
 

@@ -2,7 +2,7 @@
 // answered with it (STYLE §3), so src/http/errors.ts maps them without knowing this domain. The download failures
 // (DownloadFailedError, IntegrityError) are plain errors: downloads run in the background, so they end a download
 // as status `failed` with their message, and never become an HTTP answer.
-import { ConflictError, InvalidInputError, NotFoundError } from '../errors.ts'
+import { ConflictError, InsufficientStorageError, InvalidInputError, NotFoundError } from '../errors.ts'
 
 /** The file could not be fetched: the source refused it, kept failing, or answered something we cannot use. */
 export class DownloadFailedError extends Error {
@@ -105,6 +105,11 @@ export class StorageBudgetError extends ConflictError {
     this.neededBytes = neededBytes
     this.freeBytes = freeBytes
   }
+}
+
+/** A download would not fit on the disk (statfs), even after evicting what may be evicted. */
+export class InsufficientDiskError extends InsufficientStorageError {
+  override name = 'InsufficientDiskError'
 }
 
 /** Two model ids name the same file on the hub; the second would overwrite the first one's download. */

@@ -1,8 +1,10 @@
-export { ModelStore, MODEL_EVENT_TYPES, BYTES_PER_GB, formatBytes } from './model-store.ts'
-export type {
-  ModelStoreDeps, ModelStoreOptions, ModelRecord, ModelStatus, ModelProgress, LoadedModel, ModelEventMap, ModelEventType,
-  ModelEngine
-} from './model-store.ts'
+export { ModelStore } from './model-store.ts'
+export type { ModelStoreDeps, ModelStoreOptions } from './model-store.ts'
+export type { ModelRecord, ModelStatus, ModelProgress } from './records.ts'
+export type { LoadedModel, ModelEngine } from './model-loader.ts'
+export { MODEL_EVENT_TYPES } from './events.ts'
+export type { ModelEventMap, ModelEventType } from './events.ts'
+export { BYTES_PER_GB, formatBytes } from './storage-budget.ts'
 export { CATALOG, findCatalogEntry } from './catalog.ts'
 export type { CatalogEntry } from './catalog.ts'
 export { parseModelID, normaliseModelID, modelKey, sameModel, pickQuantFile, DEFAULT_QUANT, MAX_MODEL_ID_LENGTH } from './model-id.ts'
@@ -13,5 +15,5 @@ export { downloadFile } from './download.ts'
 export type { DownloadProgress, DownloadRequest, DownloadResult, DownloadOptions } from './download.ts'
 export {
   DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError, InvalidModelIDError,
-  ModelNotFoundError, ModelNotDownloadedError, StorageBudgetError, SameFileError
+  ModelNotFoundError, ModelNotDownloadedError, StorageBudgetError, InsufficientDiskError, SameFileError
 } from './errors.ts'

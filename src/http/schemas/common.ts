@@ -20,7 +20,8 @@ export const errorResponses = {
   413: ErrorEnvelope,
   429: ErrorEnvelope,
   500: ErrorEnvelope,
-  503: ErrorEnvelope
+  503: ErrorEnvelope,
+  507: ErrorEnvelope
 } as const
 
 export const IsoTime = z.string().describe('ISO 8601 UTC date-time')

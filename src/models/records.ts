@@ -1,0 +1,229 @@
+// What the node remembers of its models, in SQLite: the rows of the models it has downloaded, is downloading or
+// failed to download, the model to reload at start, and when each was last used. It also shapes a row into the
+// record listings show (CONTRACT §3). It knows nothing of the hub, the engine or the disk budget.
+import { inTransaction, type Database } from '../store/index.ts'
+import type { CatalogEntry } from './catalog.ts'
+import { describeHubFile } from './model-id.ts'
+
+export type ModelStatus = 'available' | 'downloading' | 'downloaded' | 'loaded' | 'failed'
+
+/** CONTRACT §3: a model as listings show it (GET /v1/app/models and the /v1/app snapshot). */
+export interface ModelRecord {
+  modelID: string
+  name: string
+  family: string | null
+  parameters: string | null
+  quantization: string | null
+  /** Exact once the hub announced it or the file is on disk; the catalog's approximate size before that. */
+  sizeBytes: number | null
+  contextLength: number | null
+  status: ModelStatus
+  progress: ModelProgress | null
+  error: string | null
+  /** Where the file comes from: `hf.co/<org>/<repo>/<file>`. */
+  source: string
+}
+
+export interface ModelProgress {
+  receivedBytes: number
+  totalBytes: number | null
+  fraction: number | null
+  bytesPerSecond: number | null
+  etaSeconds: number | null
+}
+
+/** A row of the `models` table: a hub file this node has asked for. `path` is relative to the models dir. */
+export interface ModelRow {
+  model_key: string
+  model_id: string
+  repo: string
+  file: string
+  path: string
+  status: 'downloading' | 'downloaded' | 'failed'
+  size_bytes: number | null
+  sha256: string | null
+  error: string | null
+  context_length: number | null
+  created_at: string
+  downloaded_at: string | null
+  last_used_at: string | null
+}
+
+/** What a record shows of the node's live state: which model is loaded, how far each download is. */
+export interface LiveState {
+  loadedKey: string | null
+  progress: (key: string) => ModelProgress | null
+}
+
+export class ModelRecords {
+  readonly #db: Database
+  readonly #statements
+  /** `last_used_at` by model key, written by `flushUsage`: a chat marks its model used without touching SQLite. */
+  readonly #pendingUsage = new Map<string, string>()
+
+  constructor (deps: { db: Database }) {
+    const db = this.#db = deps.db
+    this.#statements = {
+      all: db.prepare('SELECT * FROM models ORDER BY created_at, model_key'),
+      get: db.prepare('SELECT * FROM models WHERE model_key = ?'),
+      byPath: db.prepare('SELECT * FROM models WHERE path = ? AND model_key != ?'),
+      downloadedBytes: db.prepare("SELECT COALESCE(SUM(size_bytes), 0) AS total FROM models WHERE status = 'downloaded'"),
+      evictable: db.prepare(`SELECT * FROM models WHERE status = 'downloaded'
+        ORDER BY COALESCE(last_used_at, downloaded_at, created_at), model_key`),
+      upsertDownloading: db.prepare(`INSERT INTO models (model_key, model_id, repo, file, path, status, size_bytes, sha256, error, created_at)
+        VALUES (?, ?, ?, ?, ?, 'downloading', ?, ?, NULL, ?)
+        ON CONFLICT (model_key) DO UPDATE SET repo = excluded.repo, file = excluded.file, path = excluded.path,
+          status = 'downloading', size_bytes = excluded.size_bytes, sha256 = excluded.sha256, error = NULL`),
+      markDownloaded: db.prepare(`UPDATE models SET status = 'downloaded', size_bytes = ?, sha256 = ?, error = NULL, downloaded_at = ?
+        WHERE model_key = ?`),
+      markFailed: db.prepare("UPDATE models SET status = 'failed', error = ? WHERE model_key = ?"),
+      markUsed: db.prepare('UPDATE models SET last_used_at = ? WHERE model_key = ?'),
+      setContextLength: db.prepare('UPDATE models SET context_length = ? WHERE model_key = ?'),
+      remove: db.prepare('DELETE FROM models WHERE model_key = ?'),
+      lastLoaded: db.prepare('SELECT model_key FROM loaded_model WHERE id = 1'),
+      setLastLoaded: db.prepare('INSERT INTO loaded_model (id, model_key) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET model_key = excluded.model_key'),
+      clearLastLoaded: db.prepare('DELETE FROM loaded_model')
+    }
+  }
+
+  all (): ModelRow[] {
+    return this.#statements.all.all() as unknown as ModelRow[]
+  }
+
+  get (key: string): ModelRow | null {
+    return (this.#statements.get.get(key) as unknown as ModelRow | undefined) ?? null
+  }
+
+  /** Another model's row for the same file, if any. */
+  samePath (path: string, key: string): ModelRow | null {
+    return (this.#statements.byPath.get(path, key) as unknown as ModelRow | undefined) ?? null
+  }
+
+  /** Bytes the downloaded models hold on disk, as the storage budget counts them. */
+  downloadedBytes (): number {
+    return (this.#statements.downloadedBytes.get() as { total: number }).total
+  }
+
+  /** Downloaded models, least recently used first: the order eviction takes them in. */
+  evictable (): ModelRow[] {
+    this.flushUsage() // the order must see the chats served since the last flush
+    return this.#statements.evictable.all() as unknown as ModelRow[]
+  }
+
+  /** Records a download as started, replacing the row of a failed attempt at the same file under another id. */
+  startDownloading (row: Pick<ModelRow, 'model_key' | 'model_id' | 'repo' | 'file' | 'path' | 'size_bytes' | 'sha256'>, replacing: ModelRow | null): void {
+    inTransaction(this.#db, () => {
+      if (replacing != null) this.#statements.remove.run(replacing.model_key)
+      this.#statements.upsertDownloading.run(row.model_key, row.model_id, row.repo, row.file, row.path, row.size_bytes, row.sha256, now())
+    })
+  }
+
+  markDownloaded (key: string, sizeBytes: number, sha256: string): void {
+    this.#statements.markDownloaded.run(sizeBytes, sha256, now(), key)
+  }
+
+  markFailed (key: string, error: string): void {
+    this.#statements.markFailed.run(error, key)
+  }
+
+  /** Deletes rows in one transaction (evicted models); their files are the caller's to delete. */
+  remove (keys: readonly string[]): void {
+    inTransaction(this.#db, () => {
+      for (const key of keys) {
+        this.#statements.remove.run(key)
+        this.#pendingUsage.delete(key)
+      }
+    })
+  }
+
+  /** A model was loaded: the one to reload at the next start, used now, with the context its file declares. */
+  markLoaded (key: string, trainContextLength: number): void {
+    inTransaction(this.#db, () => {
+      this.#statements.setLastLoaded.run(key)
+      this.#statements.markUsed.run(now(), key)
+      this.#statements.setContextLength.run(trainContextLength, key)
+    })
+    this.#pendingUsage.delete(key)
+  }
+
+  lastLoadedKey (): string | null {
+    return (this.#statements.lastLoaded.get() as { model_key: string } | undefined)?.model_key ?? null
+  }
+
+  clearLastLoaded (): void {
+    this.#statements.clearLastLoaded.run()
+  }
+
+  /** Marks a model used now, in memory only: the chat path never writes SQLite (see `flushUsage`). */
+  markUsed (key: string): void {
+    this.#pendingUsage.set(key, now())
+  }
+
+  /** Writes the `last_used_at` times gathered since the last flush, in one transaction (like API keys' `lastUsed`). */
+  flushUsage (): void {
+    if (this.#pendingUsage.size === 0) return
+    const batch = [...this.#pendingUsage]
+    inTransaction(this.#db, () => {
+      for (const [key, at] of batch) this.#statements.markUsed.run(at, key)
+    })
+    for (const [key, at] of batch) if (this.#pendingUsage.get(key) === at) this.#pendingUsage.delete(key)
+  }
+
+  /** The listing's record of a row; `entry` is its catalog entry, if it has one. */
+  record (row: ModelRow, entry: CatalogEntry | null, live: LiveState): ModelRecord {
+    const base = entry == null ? hubRecord(row.model_id, row.repo, row.file) : availableRecord(entry)
+    const isLoaded = row.status === 'downloaded' && live.loadedKey === row.model_key
+    return {
+      ...base,
+      modelID: row.model_id,
+      sizeBytes: row.size_bytes ?? base.sizeBytes,
+      contextLength: base.contextLength ?? row.context_length,
+      status: isLoaded ? 'loaded' : row.status,
+      progress: row.status === 'downloading' ? { ...(live.progress(row.model_key) ?? emptyProgress(row.size_bytes)) } : null,
+      error: row.status === 'failed' ? row.error : null,
+      source: `hf.co/${row.repo}/${row.file}`
+    }
+  }
+}
+
+export function availableRecord (entry: CatalogEntry): ModelRecord {
+  return {
+    modelID: entry.id,
+    name: entry.name,
+    family: entry.family,
+    parameters: entry.parameters,
+    quantization: entry.quantization,
+    sizeBytes: entry.sizeBytes,
+    contextLength: entry.contextLength,
+    status: 'available',
+    progress: null,
+    error: null,
+    source: `hf.co/${entry.repo}/${entry.file}`
+  }
+}
+
+/** A hub model outside the catalog, described by its names; `file` is `<QUANT>.gguf` while a quant is unresolved. */
+export function hubRecord (modelID: string, repo: string, file: string): ModelRecord {
+  const described = describeHubFile(repo, file)
+  return {
+    modelID,
+    name: described.name,
+    family: described.family,
+    parameters: described.parameters,
+    quantization: described.quantization,
+    sizeBytes: null,
+    contextLength: null,
+    status: 'available',
+    progress: null,
+    error: null,
+    source: `hf.co/${repo}/${file}`
+  }
+}
+
+function emptyProgress (totalBytes: number | null): ModelProgress {
+  return { receivedBytes: 0, totalBytes, fraction: totalBytes == null ? null : 0, bytesPerSecond: null, etaSeconds: null }
+}
+
+export function now (): string {
+  return new Date().toISOString()
+}
