@@ -1,7 +1,10 @@
 #!/usr/bin/env node
-// Runs the TypeScript CLI on Node 24 (type stripping). Under an older system Node, re-runs itself with the Node 24
-// that the package pins as a devDependency.
-import { spawnSync } from 'node:child_process'
+// Runs the TypeScript CLI on Node 24 (type stripping). Under an older system Node (18 or newer), runs it with the
+// Node 24 that the package pins as a devDependency, so that the PID the user started stays the node's for
+// supervisors (systemd, Docker, pm2): where the system Node can (22.15+), the process becomes Node 24 in place
+// (process.execve, same PID); elsewhere it waits for a child, forwards SIGTERM, SIGINT and SIGHUP to it, and exits
+// the way the child did.
+import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
@@ -15,6 +18,28 @@ if (major >= 24) {
     process.stderr.write(`meshnode needs Node 24 or newer (this is ${process.version}); run npm install in the meshnode folder first.\n`)
     process.exit(1)
   }
-  const result = spawnSync(pinned, [main, ...process.argv.slice(2)], { stdio: 'inherit' })
-  process.exit(result.status ?? 1)
+  const args = [main, ...process.argv.slice(2)]
+  // The node watches for this launcher's end: if it is killed outright (SIGKILL), the node stops too (see serve)
+  const env = { ...process.env, MESHNODE_LAUNCHER_PID: String(process.pid) }
+  if (typeof process.execve === 'function') process.execve(pinned, [pinned, ...args], env) // returns only on failure
+  const child = spawn(pinned, args, { stdio: 'inherit', env })
+  // A terminal sends SIGINT (Ctrl-C) and SIGHUP (hang-up) to the child as well as to us: forwarding them there would
+  // make two, and a second SIGINT forces the node out without its graceful stop. SIGTERM comes from kill or a
+  // supervisor, to this PID only.
+  const fromTerminal = process.stdin.isTTY === true
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
+    process.on(signal, () => {
+      if (signal === 'SIGTERM' || !fromTerminal) child.kill(signal)
+    })
+  }
+  child.on('error', (err) => {
+    process.stderr.write(`meshnode: cannot start ${pinned}: ${err.message}\n`)
+    process.exit(1)
+  })
+  child.on('exit', (code, signal) => {
+    if (signal == null) process.exit(code ?? 1)
+    // Ended by a signal: end the same way, so a supervisor sees what it would have seen of the node itself
+    process.removeAllListeners(signal)
+    process.kill(process.pid, signal)
+  })
 }

@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startTestNode, waitFor } from '../support/node.ts'
-import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+import { collectSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 
 test('keep_awake holds a sleep inhibitor while on, or the snapshot says why it cannot', async (t) => {
   const { api } = await startTestNode(t)
@@ -31,4 +31,28 @@ test('closing the node (what SIGTERM does) finishes the request in flight, then 
   assert.equal(answer.usage?.completion_tokens, 1500, 'the request in flight ran to its end')
   await closing
   assert.throws(() => node.db.prepare('SELECT 1').get(), /not open/)
+})
+
+test('closing the node cuts a request still running after the grace period, refuses new ones, and still closes the database', async (t) => {
+  // Greedy with a long context: the tiny model would generate for minutes, far past the grace period
+  const { node } = await startChatNode(t, { contextSize: 32_768, shutdownGraceMs: 300 }, { contextLength: 32_768 })
+  const response = await fetch(`${node.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'go' }], max_tokens: 100_000, temperature: 0, stream: true })
+  })
+  assert.equal(response.status, 200)
+  const reading = collectSse(response).then(({ data }) => ({ data, error: null as unknown }), (error: unknown) => ({ data: [] as string[], error }))
+  await waitFor(() => node.engine.stats().busySlots === 1, { what: 'generation to start' })
+
+  const closing = node.close()
+  // During the grace period the node takes no new request (a new connection is refused, a kept-alive one gets 503)
+  const late = await fetch(`${node.url}/health`).then((r) => r.status, (err: unknown) => (err as Error).name)
+  assert.ok(late === 503 || late === 'TypeError', `a request during shutdown got ${String(late)}`)
+
+  await closing
+  const cut = await reading
+  assert.ok(cut.error != null || !cut.data.includes('[DONE]'), 'the stream was cut, not finished')
+  assert.equal(node.engine.stats().busySlots, 0, 'the generation stopped')
+  assert.throws(() => node.db.prepare('SELECT 1').get(), /not open/)
+  await assert.rejects(fetch(`${node.url}/health`), 'the port is closed')
 })

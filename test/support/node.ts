@@ -109,25 +109,32 @@ export interface NodeProcess {
   child: ChildProcess
   url: string
   port: number
+  /** The PID of the node itself (from its log), which is the child's own unless a launcher runs it as a child. */
+  pid: number
   output: () => string
 }
 
-/** Runs `meshnode serve` as a separate process (for kill -9 and signal tests) and waits until it listens. */
-export async function spawnNodeProcess (t: TestContext, args: string[], env: Record<string, string> = {}): Promise<NodeProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+/**
+ * Runs `meshnode serve` as a separate process (for kill -9 and signal tests) and waits until it listens. `command`
+ * is what runs it: by default this Node on src/cli/main.ts; a test of the launcher passes another Node and
+ * bin/meshnode.js, or npm.
+ */
+export async function spawnNodeProcess (t: TestContext, args: string[], env: Record<string, string> = {}, command: string[] = [process.execPath, CLI, 'serve']): Promise<NodeProcess> {
+  const child = spawn(command[0], [...command.slice(1), '--port', '0', ...args], {
     env: { ...process.env, MESHNODE_LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: join(import.meta.dirname, '..', '..')
   })
   t.after(() => { if (child.exitCode == null && child.signalCode == null) child.kill('SIGKILL') })
   let out = ''
   child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
   child.stderr.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  const port = await waitFor(() => {
+  const listening = await waitFor(() => {
     if (child.exitCode != null) throw new Error(`node exited with ${child.exitCode}: ${out}`)
     const line = out.split('\n').find((l) => l.includes('meshnode is listening'))
-    return line == null ? undefined : (JSON.parse(line) as { port: number }).port
-  }, { timeoutMs: 30_000, what: 'the node process to listen' })
-  return { child, port, url: `http://127.0.0.1:${port}`, output: () => out }
+    return line == null ? undefined : JSON.parse(line) as { port: number, pid: number }
+  }, { timeoutMs: 60_000, what: 'the node process to listen' })
+  return { child, port: listening.port, pid: listening.pid, url: `http://127.0.0.1:${listening.port}`, output: () => out }
 }
 
 export async function exitOf (child: ChildProcess): Promise<{ code: number | null, signal: NodeJS.Signals | null }> {

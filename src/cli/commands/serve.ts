@@ -75,8 +75,9 @@ export function registerServe (program: Command): void {
           process.exitCode = 1
         })
       }
-      process.on('SIGTERM', () => { stop('SIGTERM') })
-      process.on('SIGINT', () => { stop('SIGINT') })
+      // SIGHUP too: a supervisor or a closed terminal means "stop", and its default would skip the graceful close
+      for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => { stop(signal) })
+      watchLauncher(() => { stop('launcher gone') })
       // The last resort (issue 14): every engine call and peer stream is guarded where it runs, so reaching here means
       // state we cannot vouch for. Log it, close what can be closed in a few seconds, and exit non-zero so that a
       // supervisor (systemd, Docker, pm2) starts a clean node, rather than serving on in an unknown state.
@@ -93,6 +94,28 @@ export function registerServe (program: Command): void {
       process.on('uncaughtException', fatal('uncaughtException'))
       process.on('unhandledRejection', fatal('unhandledRejection'))
     })
+}
+
+/** How often the node looks whether the process that launched it is still there. */
+const LAUNCHER_CHECK_MS = 1000
+
+/**
+ * Stops the node when the process that launched it is gone: `npm start` (npm forwards SIGTERM and SIGINT, but dies
+ * of a SIGHUP) or bin/meshnode.js under an old system Node (it forwards signals, but cannot forward a SIGKILL).
+ * Then nobody holds this node's PID or can stop it, so it stops itself, gracefully. A node started any other way
+ * (a supervisor, `nohup`) is left alone when its parent goes.
+ */
+function watchLauncher (stop: () => void): void {
+  const launcher = Number(process.env.MESHNODE_LAUNCHER_PID)
+  const launched = process.env.npm_lifecycle_event != null || (Number.isSafeInteger(launcher) && launcher > 0 && launcher !== process.pid)
+  if (!launched) return
+  const parent = process.ppid
+  const timer = setInterval(() => {
+    if (process.ppid === parent) return
+    clearInterval(timer)
+    stop()
+  }, LAUNCHER_CHECK_MS)
+  timer.unref()
 }
 
 function collect (value: string, previous: string[]): string[] {
