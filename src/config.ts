@@ -34,6 +34,11 @@ export interface NodeConfig {
   hfEndpoint: string
   /** `$HF_TOKEN`, sent to the hub for gated or private repos; null when unset. */
   hfToken: string | null
+  /**
+   * A model to load at start (`serve --model`): an absolute path to a GGUF file (imported in place) or a model id
+   * (downloaded first if need be). Null: the model loaded when the node last stopped, if any.
+   */
+  model?: string | null
   /** Disk a model download must leave free (default 256 MiB); tests raise it to see a full disk refused. */
   diskHeadroomBytes?: number
   /** libp2p listen multiaddrs; null: loopback TCP and WebSocket on free ports (reachable from elsewhere via the relay). */

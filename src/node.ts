@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { mkdirSync } from 'node:fs'
-import { join } from 'node:path'
+import { isAbsolute, join } from 'node:path'
 import type { Logger } from 'pino'
 import { ADMIN_TOKEN_FILE, VERSION, type NodeConfig } from './config.ts'
 import { buildHttpApp } from './http/app.ts'
@@ -73,6 +73,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const models = new ModelStore({ db, engine, settings, log: log.child({ part: 'models' }) },
       { dir: join(config.dataDir, 'models'), hubUrl: config.hfEndpoint, token: config.hfToken, diskHeadroomBytes: config.diskHeadroomBytes })
     cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
+    // serve --model: a path is imported now, an id checked now, so that a wrong one fails the start; loaded once listening
+    const startModel = config.model == null ? null : isAbsolute(config.model) ? (await models.import(config.model)).modelID : models.get(config.model).modelID
     const localRouter = new LocalRouter({ engine, sameModel })
 
     // Started once the HTTP app is built; stopped after it has closed (requests in flight may be on peers).
@@ -189,7 +191,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const urlHost = config.host.includes(':') ? `[${config.host}]` : config.host
     log.info({ nodeID: identity.nodeID, port, dataDir: config.dataDir }, 'meshnode is listening')
     models.resumeInterrupted() // in the background: downloads stopped by the last shutdown go on from their .part
-    models.reloadLast()
+    if (startModel == null) models.reloadLast()
+    else models.loadInBackground(startModel)
 
     let closing: Promise<void> | null = null
     return {

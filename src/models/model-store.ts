@@ -1,6 +1,7 @@
 // The models a node knows, as one service: the catalog and the records of what it has (records.ts), downloads in
-// the background (downloader.ts), the storage budget and free disk they must fit in (storage-budget.ts), and which
-// model the engine holds (model-loader.ts). This file only composes them and checks ids before handing them on.
+// the background (downloader.ts), the storage budget and free disk they must fit in (storage-budget.ts), which
+// model the engine holds (model-loader.ts), and GGUF files imported in place (imported-file.ts). This file only
+// composes them and checks ids before handing them on.
 import { EventEmitter } from 'node:events'
 import { join, resolve } from 'node:path'
 import type { Logger } from 'pino'
@@ -9,12 +10,14 @@ import type { Database } from '../store/index.ts'
 import { CATALOG } from './catalog.ts'
 import type { DownloadOptions } from './download.ts'
 import { ModelDownloader, type HubModelRef } from './downloader.ts'
+import { ConflictError, InvalidInputError } from '../errors.ts'
 import { ModelNotDownloadedError, ModelNotFoundError } from './errors.ts'
 import type { ModelEventMap } from './events.ts'
 import { HubClient } from './hub.ts'
+import { importedModelID, inspectImportedFile } from './imported-file.ts'
 import { modelKey, parseModelID } from './model-id.ts'
 import { ModelLoader, type LoadedModel, type ModelEngine } from './model-loader.ts'
-import { ModelRecords, availableRecord, hubRecord, type LiveState, type ModelRecord } from './records.ts'
+import { ModelRecords, availableRecord, hubRecord, type ImportedRow, type LiveState, type ModelRecord } from './records.ts'
 import { StorageBudget } from './storage-budget.ts'
 
 export interface ModelStoreDeps {
@@ -46,6 +49,8 @@ export class ModelStore {
   readonly #loader: ModelLoader
   readonly #downloader: ModelDownloader
   #reloading: Promise<void> | null = null
+  /** Aborted by close(): a background load waiting for its download gives up. */
+  readonly #closing = new AbortController()
 
   constructor (deps: ModelStoreDeps, options: ModelStoreOptions) {
     this.#log = deps.log
@@ -71,12 +76,15 @@ export class ModelStore {
       return row == null ? availableRecord(entry) : this.#records.record(row, entry, live)
     })
     for (const row of byKey.values()) records.push(this.#records.record(row, null, live))
+    for (const row of this.#records.allImported()) records.push(this.#records.importedRecord(row, live))
     return records
   }
 
   /** The record of one model, or ModelNotFoundError. */
   get (modelID: string): ModelRecord {
-    const ref = this.#known(modelID)
+    const found = this.#find(modelID)
+    if (found.kind === 'imported') return this.#records.importedRecord(found.row, this.#live())
+    const { ref } = found
     const row = this.#records.get(modelKey(ref.modelID))
     if (row != null) return this.#records.record(row, ref.kind === 'catalog' ? ref.entry : null, this.#live())
     if (ref.kind === 'catalog') return availableRecord(ref.entry)
@@ -89,7 +97,31 @@ export class ModelStore {
    * InvalidInputError for a malformed id, ModelNotFoundError for an unknown one.
    */
   async startDownload (rawID: string): Promise<{ status: 'downloading' | 'downloaded', modelID: string }> {
-    return await this.#downloader.start(this.#known(rawID))
+    const found = this.#find(rawID)
+    if (found.kind === 'imported') return { status: 'downloaded', modelID: found.row.model_id } // it is here already
+    return await this.#downloader.start(found.ref)
+  }
+
+  /**
+   * Registers a GGUF file the user already has, where it lies: never copied, never evicted, not counted against
+   * `max_storage_gb`, listed with `source: "file:<path>"`. `modelID` defaults to the file's name (importedModelID).
+   * NotFoundError when no file is there; InvalidInputError for a relative path or a file that is not GGUF, or an id
+   * that is not a plain name; ConflictError when the id is a catalog model's or another file's, or the file is
+   * imported under another id. Importing the same file under the same id again answers its record.
+   */
+  async import (path: string, modelID?: string): Promise<ModelRecord> {
+    const file = await inspectImportedFile(path)
+    const id = modelID == null ? importedModelID(file.path) : this.#importableID(modelID)
+    const key = modelKey(id)
+    const taken = this.#records.getImported(key)
+    if (taken != null && taken.path !== file.path) throw new ConflictError(`Model id ${taken.model_id} is already imported from ${taken.path}; choose another id`)
+    const other = this.#records.importedAt(file.path)
+    if (other != null && other.model_key !== key) throw new ConflictError(`${file.path} is already imported as ${other.model_id}`)
+    this.#records.addImported({ model_key: key, model_id: taken?.model_id ?? id, path: file.path, size_bytes: file.sizeBytes })
+    const row = this.#records.getImported(key)
+    if (row == null) throw new Error(`imported model ${id} vanished`) // the insert above is synchronous
+    this.#log.info({ modelID: row.model_id, path: row.path, sizeBytes: row.size_bytes }, 'model file imported')
+    return this.#records.importedRecord(row, this.#live())
   }
 
   /** Continues, in the background, the downloads that were running when the node stopped. */
@@ -102,7 +134,9 @@ export class ModelStore {
    * ModelNotDownloadedError (409) when it is not downloaded yet; ModelLoadError (409) when the file will not load.
    */
   async load (rawID: string): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
-    const ref = this.#known(rawID)
+    const found = this.#find(rawID)
+    if (found.kind === 'imported') return await this.#loader.load({ key: found.row.model_key, modelID: found.row.model_id, path: found.row.path })
+    const { ref } = found
     const key = modelKey(ref.modelID)
     const row = this.#records.get(key)
     if (row == null) throw new ModelNotDownloadedError(ref.modelID, 'never downloaded')
@@ -140,28 +174,74 @@ export class ModelStore {
    */
   reloadLast (): void {
     const key = this.#records.lastLoadedKey()
-    const row = key == null ? null : this.#records.get(key)
-    if (row == null || row.status !== 'downloaded') return
+    const row = key == null ? null : this.#records.get(key) ?? this.#records.getImported(key)
+    if (row == null || ('status' in row && row.status !== 'downloaded')) return
     this.#log.info({ modelID: row.model_id }, 'reloading the model loaded before the last stop')
-    this.#reloading = this.load(row.model_id).then(() => undefined, (err: unknown) => {
+    this.loadInBackground(row.model_id)
+  }
+
+  /**
+   * Loads a model without waiting for it (the node answers meanwhile; /v1/app shows `loading`); a model still to be
+   * downloaded is downloaded first. A failure is logged and sent as `model.load_failed`. `serve --model` uses it.
+   */
+  loadInBackground (modelID: string): void {
+    const previous = this.#reloading ?? Promise.resolve()
+    this.#reloading = previous.then(async () => {
+      const started = await this.startDownload(modelID)
+      if (started.status === 'downloading') await this.#downloaded(started.modelID)
+      await this.load(started.modelID)
+    }).catch((err: unknown) => {
       const error = err instanceof Error ? err.message : String(err)
-      this.#log.warn({ err, modelID: row.model_id }, 'could not reload the last loaded model')
-      this.events.emit('model.load_failed', { modelID: row.model_id, error })
+      this.#log.warn({ err, modelID }, 'could not load the model')
+      this.events.emit('model.load_failed', { modelID, error })
+    })
+  }
+
+  /** Settles when the running download of `modelID` ends: resolves once it is downloaded, rejects when it failed. */
+  async #downloaded (modelID: string): Promise<void> {
+    const key = modelKey(modelID)
+    const closing = this.#closing.signal
+    await new Promise<void>((resolve, reject) => {
+      const check = (): void => {
+        const row = this.#records.get(key)
+        if (row?.status === 'downloaded' || row?.status === 'failed' || this.#downloader.progress(key) == null || closing.aborted) {
+          this.events.off('download.completed', check)
+          this.events.off('download.failed', check)
+          closing.removeEventListener('abort', check)
+          if (row?.status === 'downloaded') resolve()
+          else reject(new ModelNotDownloadedError(modelID, row?.status === 'failed' ? `its download failed: ${row.error ?? 'unknown reason'}` : 'its download stopped'))
+        }
+      }
+      this.events.on('download.completed', check)
+      this.events.on('download.failed', check)
+      closing.addEventListener('abort', check)
+      check()
     })
   }
 
   /** Stops every download (their .part files stay, and the next start resumes them), waits for them, and writes usage. */
   async close (): Promise<void> {
+    this.#closing.abort()
     await this.#downloader.close()
     await this.#reloading
     this.#records.flushUsage()
   }
 
-  /** Parses an id and refuses names that are neither in the catalog nor on the hub (spec §7: 404 naming it). */
-  #known (rawID: string): HubModelRef {
+  /** Parses an id: a hub model, or an imported file; anything else is 404 naming it (spec §7). */
+  #find (rawID: string): { kind: 'hub', ref: HubModelRef } | { kind: 'imported', row: ImportedRow } {
     const ref = parseModelID(rawID)
-    if (ref.kind === 'name') throw new ModelNotFoundError(ref.modelID, 'not in the catalog; name a file on Hugging Face as hf.co/<org>/<repo>/<file>.gguf')
-    return ref
+    if (ref.kind !== 'name') return { kind: 'hub', ref }
+    const row = this.#records.getImported(modelKey(ref.modelID))
+    if (row == null) throw new ModelNotFoundError(ref.modelID, 'not in the catalog nor imported; name a file on Hugging Face as hf.co/<org>/<repo>/<file>.gguf, or import a file you have')
+    return { kind: 'imported', row }
+  }
+
+  /** An id the user chose for an imported file: a plain name (not a hub reference) that no catalog model has. */
+  #importableID (raw: string): string {
+    const ref = parseModelID(raw)
+    if (ref.kind === 'catalog') throw new ConflictError(`${ref.modelID} is a catalog model's id; choose another id for the imported file`)
+    if (ref.kind !== 'name') throw new InvalidInputError(`modelID of an imported file must be a plain name like my-model-q4, not a hub reference (${raw})`, 'modelID')
+    return raw.trim()
   }
 
   #live (): LiveState {

@@ -1,6 +1,8 @@
 // What the node remembers of its models, in SQLite: the rows of the models it has downloaded, is downloading or
-// failed to download, the model to reload at start, and when each was last used. It also shapes a row into the
-// record listings show (CONTRACT §3). It knows nothing of the hub, the engine or the disk budget.
+// failed to download, the GGUF files the user imported where they lie, the model to reload at start, and when each
+// was last used. It also shapes a row into the record listings show (CONTRACT §3). It knows nothing of the hub, the
+// engine or the disk budget.
+import { basename } from 'node:path'
 import { inTransaction, type Database } from '../store/index.ts'
 import type { CatalogEntry } from './catalog.ts'
 import { describeHubFile } from './model-id.ts'
@@ -20,7 +22,7 @@ export interface ModelRecord {
   status: ModelStatus
   progress: ModelProgress | null
   error: string | null
-  /** Where the file comes from: `hf.co/<org>/<repo>/<file>`. */
+  /** Where the file comes from: `hf.co/<org>/<repo>/<file>`, or `file:<absolute path>` for an imported file. */
   source: string
 }
 
@@ -46,6 +48,17 @@ export interface ModelRow {
   context_length: number | null
   created_at: string
   downloaded_at: string | null
+  last_used_at: string | null
+}
+
+/** A row of the `imported_models` table: a GGUF file registered in place. `path` is absolute. */
+export interface ImportedRow {
+  model_key: string
+  model_id: string
+  path: string
+  size_bytes: number
+  context_length: number | null
+  created_at: string
   last_used_at: string | null
 }
 
@@ -80,6 +93,14 @@ export class ModelRecords {
       markUsed: db.prepare('UPDATE models SET last_used_at = ? WHERE model_key = ?'),
       setContextLength: db.prepare('UPDATE models SET context_length = ? WHERE model_key = ?'),
       remove: db.prepare('DELETE FROM models WHERE model_key = ?'),
+      allImported: db.prepare('SELECT * FROM imported_models ORDER BY created_at, model_key'),
+      getImported: db.prepare('SELECT * FROM imported_models WHERE model_key = ?'),
+      importedByPath: db.prepare('SELECT * FROM imported_models WHERE path = ?'),
+      insertImported: db.prepare(`INSERT INTO imported_models (model_key, model_id, path, size_bytes, created_at) VALUES (?, ?, ?, ?, ?)
+        ON CONFLICT (model_key) DO UPDATE SET size_bytes = excluded.size_bytes WHERE path = excluded.path`),
+      markImportedUsed: db.prepare('UPDATE imported_models SET last_used_at = ? WHERE model_key = ?'),
+      setImportedContextLength: db.prepare('UPDATE imported_models SET context_length = ? WHERE model_key = ?'),
+      forgetLastLoaded: db.prepare('DELETE FROM loaded_model WHERE model_key = ?'),
       lastLoaded: db.prepare('SELECT model_key FROM loaded_model WHERE id = 1'),
       setLastLoaded: db.prepare('INSERT INTO loaded_model (id, model_key) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET model_key = excluded.model_key'),
       clearLastLoaded: db.prepare('DELETE FROM loaded_model')
@@ -113,7 +134,10 @@ export class ModelRecords {
   /** Records a download as started, replacing the row of a failed attempt at the same file under another id. */
   startDownloading (row: Pick<ModelRow, 'model_key' | 'model_id' | 'repo' | 'file' | 'path' | 'size_bytes' | 'sha256'>, replacing: ModelRow | null): void {
     inTransaction(this.#db, () => {
-      if (replacing != null) this.#statements.remove.run(replacing.model_key)
+      if (replacing != null) {
+        this.#statements.remove.run(replacing.model_key)
+        this.#statements.forgetLastLoaded.run(replacing.model_key)
+      }
       this.#statements.upsertDownloading.run(row.model_key, row.model_id, row.repo, row.file, row.path, row.size_bytes, row.sha256, now())
     })
   }
@@ -131,6 +155,7 @@ export class ModelRecords {
     inTransaction(this.#db, () => {
       for (const key of keys) {
         this.#statements.remove.run(key)
+        this.#statements.forgetLastLoaded.run(key)
         this.#pendingUsage.delete(key)
       }
     })
@@ -140,8 +165,11 @@ export class ModelRecords {
   markLoaded (key: string, trainContextLength: number): void {
     inTransaction(this.#db, () => {
       this.#statements.setLastLoaded.run(key)
-      this.#statements.markUsed.run(now(), key)
+      const at = now()
+      this.#statements.markUsed.run(at, key)
+      this.#statements.markImportedUsed.run(at, key)
       this.#statements.setContextLength.run(trainContextLength, key)
+      this.#statements.setImportedContextLength.run(trainContextLength, key)
     })
     this.#pendingUsage.delete(key)
   }
@@ -164,9 +192,49 @@ export class ModelRecords {
     if (this.#pendingUsage.size === 0) return
     const batch = [...this.#pendingUsage]
     inTransaction(this.#db, () => {
-      for (const [key, at] of batch) this.#statements.markUsed.run(at, key)
+      for (const [key, at] of batch) {
+        this.#statements.markUsed.run(at, key) // one of the two tables has the key
+        this.#statements.markImportedUsed.run(at, key)
+      }
     })
     for (const [key, at] of batch) if (this.#pendingUsage.get(key) === at) this.#pendingUsage.delete(key)
+  }
+
+  allImported (): ImportedRow[] {
+    return this.#statements.allImported.all() as unknown as ImportedRow[]
+  }
+
+  getImported (key: string): ImportedRow | null {
+    return (this.#statements.getImported.get(key) as unknown as ImportedRow | undefined) ?? null
+  }
+
+  importedAt (path: string): ImportedRow | null {
+    return (this.#statements.importedByPath.get(path) as unknown as ImportedRow | undefined) ?? null
+  }
+
+  /** Registers an imported file; the same id for the same path again only refreshes its size. */
+  addImported (row: Pick<ImportedRow, 'model_key' | 'model_id' | 'path' | 'size_bytes'>): void {
+    this.#statements.insertImported.run(row.model_key, row.model_id, row.path, row.size_bytes, now())
+  }
+
+  /** The listing's record of an imported file. */
+  importedRecord (row: ImportedRow, live: LiveState): ModelRecord {
+    const file = basename(row.path)
+    const name = file.replace(/\.gguf$/i, '')
+    const described = describeHubFile(`local/${name}`, file)
+    return {
+      modelID: row.model_id,
+      name,
+      family: described.family,
+      parameters: described.parameters,
+      quantization: described.quantization,
+      sizeBytes: row.size_bytes,
+      contextLength: row.context_length,
+      status: live.loadedKey === row.model_key ? 'loaded' : 'downloaded',
+      progress: null,
+      error: null,
+      source: `file:${row.path}`
+    }
   }
 
   /** The listing's record of a row; `entry` is its catalog entry, if it has one. */

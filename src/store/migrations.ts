@@ -131,5 +131,24 @@ export const MIGRATIONS: readonly string[] = [
      CHECK ((role = 'agent') = (reply_to IS NOT NULL))
    );
    CREATE INDEX agent_messages_conversation ON agent_messages (conversation_id, seq);
-   CREATE INDEX agent_messages_reply ON agent_messages (reply_to) WHERE reply_to IS NOT NULL;`
+   CREATE INDEX agent_messages_reply ON agent_messages (reply_to) WHERE reply_to IS NOT NULL;`,
+  // imported models (issue 10): GGUF files the user already has, registered where they are (an absolute path; never
+  // copied, never evicted, not counted in max_storage_gb). The model to reload at start may now be one of them, so
+  // loaded_model loses its foreign key to `models`; ModelRecords deletes it with the model it names.
+  `CREATE TABLE imported_models (
+     model_key TEXT PRIMARY KEY,
+     model_id TEXT NOT NULL,
+     path TEXT NOT NULL UNIQUE,
+     size_bytes INTEGER NOT NULL CHECK (size_bytes >= 0),
+     context_length INTEGER,
+     created_at TEXT NOT NULL,
+     last_used_at TEXT
+   );
+   CREATE TABLE loaded_model_v2 (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     model_key TEXT NOT NULL
+   );
+   INSERT INTO loaded_model_v2 (id, model_key) SELECT id, model_key FROM loaded_model;
+   DROP TABLE loaded_model;
+   ALTER TABLE loaded_model_v2 RENAME TO loaded_model;`
 ]

@@ -3,7 +3,7 @@ import { runCli as meshnode } from '../support/cli.ts'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { startFakeHub } from '../support/fake-hub.ts'
-import { startTestNode, tempDir } from '../support/node.ts'
+import { spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const CATALOG_ID = 'smollm2-135m-instruct-q8_0'
@@ -61,4 +61,34 @@ test('models download reports a failed download and exits non-zero', async (t) =
   const result = await meshnode(['models', 'download', 'hf.co/meshnode-test/tiny-GGUF/tiny.gguf', '--url', node.url, '--data-dir', dataDir])
   assert.equal(result.code, 1)
   assert.match(result.stderr, /Download of hf\.co\/meshnode-test\/tiny-GGUF\/tiny\.gguf failed: Integrity check/)
+})
+
+test('models import registers a file by a path relative to where the command runs; serve --model loads one at start', async (t) => {
+  const outside = await tempDir(t, 'meshnode-user-models-')
+  const gguf = await writeTinyGguf(join(outside, 'tiny.gguf'), { seed: 11 })
+  const { node, dataDir } = await startTestNode(t)
+  const common = ['--url', node.url, '--data-dir', dataDir]
+
+  const imported = await meshnode(['models', 'import', 'tiny.gguf', '--id', 'cli-model', ...common], { cwd: outside })
+  assert.equal(imported.code, 0, imported.stderr)
+  assert.equal(imported.stdout.trim(), `Imported cli-model from ${gguf.path} (621.4 kB). Load it with: meshnode models load cli-model`)
+  const load = await meshnode(['models', 'load', 'cli-model', ...common])
+  assert.equal(load.code, 0, load.stderr)
+  assert.equal(node.engine.loaded()?.path, gguf.path, 'loaded from where it lies')
+  const missing = await meshnode(['models', 'import', 'absent.gguf', ...common], { cwd: outside })
+  assert.equal(missing.code, 1)
+  assert.ok(missing.stderr.includes(`No file at ${join(outside, 'absent.gguf')} (HTTP 404)`), missing.stderr)
+  const notGguf = await meshnode(['models', 'import', join(import.meta.dirname, 'models.test.ts'), ...common])
+  assert.equal(notGguf.code, 1)
+  assert.match(notGguf.stderr, /is not a GGUF file .*\(HTTP 400\)/)
+
+  const served = await spawnNodeProcess(t, ['--data-dir', await tempDir(t), '--model', gguf.path])
+  const model = await waitFor(async () => {
+    const app = await (await fetch(`${served.url}/v1/app`)).json() as { model: { modelID: string, status: string } | null }
+    return app.model?.status === 'loaded' ? app.model : undefined
+  }, { what: 'the --model file to load' })
+  assert.equal(model.modelID, 'tiny')
+  const refused = await meshnode(['serve', '--port', '0', '--data-dir', await tempDir(t), '--model', join(outside, 'nothing.gguf')])
+  assert.equal(refused.code, 1)
+  assert.match(refused.stderr, /cannot start: No file at .*nothing\.gguf/)
 })

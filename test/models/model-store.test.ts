@@ -1,5 +1,5 @@
 // The model store's parts that issue 11 split out and sharpened: the free-disk check of the storage budget (statfs),
-// and "last used" kept in memory on the chat path and written in batches.
+// "last used" kept in memory on the chat path and written in batches, and the migration imported files brought.
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'
 import assert from 'node:assert/strict'
@@ -8,7 +8,9 @@ import { startFakeHub, type FakeHub } from '../support/fake-hub.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { writeTinyGguf, type TinyGguf } from '../support/tiny-gguf.ts'
 import { exists } from '../support/files.ts'
+import { DatabaseSync } from 'node:sqlite'
 import { openDatabase } from '../../src/store/index.ts'
+import { MIGRATIONS } from '../../src/store/migrations.ts'
 import { ModelRecords } from '../../src/models/records.ts'
 import { StorageBudget } from '../../src/models/storage-budget.ts'
 import { EventEmitter } from 'node:events'
@@ -108,4 +110,28 @@ test('a chat marks its model used in memory only; the batch write lands it in th
   node.node.models.flushUsage()
   const flushed = lastUsedInDatabase(node, MODEL)
   assert.ok(flushed != null && flushed > loadedAt, `flushed ${flushed} after ${loadedAt}`)
+})
+
+test('the imported-models migration keeps the model to reload, which then no longer needs a row in models', async (t) => {
+  const dir = await tempDir(t)
+  const path = join(dir, 'meshnode.db')
+  const imported = MIGRATIONS.findIndex((sql) => sql.includes('CREATE TABLE imported_models'))
+  assert.ok(imported > 0)
+  const old = new DatabaseSync(path)
+  old.exec('CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version (version) VALUES (0)')
+  for (const sql of MIGRATIONS.slice(0, imported)) old.exec(sql)
+  old.prepare('UPDATE schema_version SET version = ?').run(imported)
+  old.exec(`INSERT INTO models (model_key, model_id, repo, file, path, status, size_bytes, sha256, created_at)
+    VALUES ('m', 'm', 'o/r', 'm.gguf', 'o/r/m.gguf', 'downloaded', 1, '${'a'.repeat(64)}', '2025-01-01T00:00:00.000Z');
+    INSERT INTO loaded_model (id, model_key) VALUES (1, 'm')`)
+  old.close()
+
+  const db = openDatabase(path)
+  t.after(() => { db.close() })
+  const records = new ModelRecords({ db })
+  assert.equal(records.lastLoadedKey(), 'm')
+  records.remove(['m'])
+  assert.equal(records.lastLoadedKey(), null, 'removing a model forgets it as the one to reload')
+  db.exec("INSERT INTO loaded_model (id, model_key) VALUES (1, 'an-imported-file')")
+  assert.equal(records.lastLoadedKey(), 'an-imported-file')
 })

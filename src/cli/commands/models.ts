@@ -1,3 +1,4 @@
+import { resolve } from 'node:path'
 import type { Command } from 'commander'
 import { Presets, SingleBar } from 'cli-progress'
 import type { ModelRecord } from '../../http/schemas/app.ts'
@@ -26,6 +27,17 @@ export function registerModels (program: Command): void {
       const { client, options } = clientFor(command)
       const record = await download(client, modelID, options.json === true)
       print(record, options.json, () => `Downloaded ${record.modelID} (${shortBytes(record.sizeBytes ?? 0)}). Load it with: meshnode models load ${record.modelID}`)
+    })
+
+  withClientOptions(models.command('import')
+    .argument('<path>', 'a GGUF file on this machine; it stays where it is')
+    .option('--id <modelID>', 'the id to list it under (default: its file name)')
+    .description('register a GGUF file you already have: never copied, never evicted, outside max_storage_gb'))
+    .action(async (path: string, _options, command: Command) => {
+      const { client, options } = clientFor(command)
+      const id = command.opts<{ id?: string }>().id
+      const record = await client.post<ModelRecord>('/v1/app/models/import', { path: resolve(path), ...(id == null ? {} : { modelID: id }) })
+      print(record, options.json, () => `Imported ${record.modelID} from ${record.source.replace(/^file:/, '')} (${shortBytes(record.sizeBytes ?? 0)}). Load it with: meshnode models load ${record.modelID}`)
     })
 
   withClientOptions(models.command('load').argument('<modelID>').description('load a downloaded model, replacing the loaded one'))

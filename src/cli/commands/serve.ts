@@ -1,3 +1,6 @@
+import { existsSync } from 'node:fs'
+import { homedir } from 'node:os'
+import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
 
@@ -13,6 +16,7 @@ interface ServeOptions {
   allowedOrigin: string[]
   allowedHost: string[]
   p2pListen: string[]
+  model?: string
 }
 
 /** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
@@ -31,6 +35,7 @@ export function registerServe (program: Command): void {
     .option('--context-size <tokens>', 'context tokens per slot, capped at the model\'s own (default 4096)')
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
+    .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
     .option('--p2p-listen <multiaddr>', 'peer-to-peer listen address, e.g. /ip4/0.0.0.0/tcp/4002 (repeatable; default: loopback only)', collect, [])
     .action(async (options: ServeOptions) => {
       const port = parseWhole('--port', options.port, 0, 65535)
@@ -46,7 +51,8 @@ export function registerServe (program: Command): void {
         contextSize: options.contextSize == null ? defaults.contextSize : parseWhole('--context-size', options.contextSize, 128, 1_048_576),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
-        p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null
+        p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
+        model: options.model == null ? null : modelArgument(options.model)
       })
       let node
       try {
@@ -116,6 +122,13 @@ function watchLauncher (stop: () => void): void {
     stop()
   }, LAUNCHER_CHECK_MS)
   timer.unref()
+}
+
+/** A file that exists (or a path-like argument) becomes an absolute path, for the node to import; anything else is an id. */
+function modelArgument (value: string): string {
+  const looksLikePath = value.startsWith('.') || value.startsWith('/') || value.startsWith('~') || existsSync(value)
+  if (!looksLikePath) return value
+  return resolve(value.startsWith('~/') ? join(homedir(), value.slice(2)) : value)
 }
 
 function collect (value: string, previous: string[]): string[] {

@@ -4,7 +4,8 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { MODEL_EVENT_TYPES, type ModelEventMap, type ModelStore } from '../../models/index.ts'
 import { errorResponses } from '../schemas/common.ts'
-import { DownloadStarted, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
+import { ModelRecord } from '../schemas/app.ts'
+import { DownloadStarted, ImportBody, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
 import { keepAlive, startSse, writeSseComment, writeSseData } from '../sse.ts'
 
 export interface ModelRoutesOptions {
@@ -21,6 +22,15 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
   app.post('/v1/app/models/download', {
     schema: { tags, body: ModelIDBody, response: { 200: DownloadStarted, ...errorResponses } }
   }, async (request) => await models.startDownload(request.body.modelID))
+
+  app.post('/v1/app/models/import', {
+    schema: {
+      tags,
+      description: 'register a GGUF file in place (never copied, never evicted, outside max_storage_gb); 404 when no file is there, 400 when it is not GGUF',
+      body: ImportBody,
+      response: { 200: ModelRecord, ...errorResponses }
+    }
+  }, async (request) => await models.import(request.body.path, request.body.modelID))
 
   app.post('/v1/app/models/load', {
     schema: { tags, body: ModelIDBody, response: { 200: ModelLoaded, ...errorResponses } }

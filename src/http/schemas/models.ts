@@ -7,6 +7,16 @@ import { SNAKE_ALIASES, withAliases } from './common.ts'
 /** `{modelID}`, also spelled `model_id` or `model` (CONTRACT §1). What an id may be is the model store's to judge. */
 export const ModelIDBody = withAliases(z.object({ modelID: z.string().min(1).max(MAX_MODEL_ID_LENGTH) }), SNAKE_ALIASES)
 
+/** A file path: as long as any file system allows. */
+export const MAX_IMPORT_PATH_LENGTH = 4096
+
+/** `{path, modelID?}`: a GGUF file the node can read, by its absolute path; the id defaults to the file's name. */
+export const ImportBody = withAliases(z.object({
+  path: z.string().min(1).max(MAX_IMPORT_PATH_LENGTH),
+  modelID: z.string().min(1).max(MAX_MODEL_ID_LENGTH).optional()
+}), SNAKE_ALIASES)
+export type ImportBody = z.infer<typeof ImportBody>
+
 export const ModelList = z.object({ models: z.array(ModelRecord) })
 export type ModelList = z.infer<typeof ModelList>
 
