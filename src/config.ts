@@ -25,6 +25,11 @@ export interface NodeConfig {
   queueSize: number
   /** Context tokens per slot (capped at the model's training context). */
   contextSize: number
+  /**
+   * `--reset-identity`: start even though the node key or the database is missing beside the other (a new key, or a
+   * fresh database, bound together). Without it such a start is refused (issue 14).
+   */
+  resetIdentity: boolean
   /** How long closing the node waits for requests in flight before cutting their connections. */
   shutdownGraceMs: number
   allowedOrigins: string[]
@@ -64,6 +69,7 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     queueSize: 16,
     contextSize: 4096,
     shutdownGraceMs: 10_000,
+    resetIdentity: false,
     allowedOrigins: [],
     allowedHosts: [],
     logLevel: process.env.MESHNODE_LOG_LEVEL ?? 'info',

@@ -5,7 +5,7 @@ import type { Logger } from 'pino'
 import { ADMIN_TOKEN_FILE, VERSION, type NodeConfig } from './config.ts'
 import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
-import { loadOrCreateIdentity, type NodeIdentity } from './identity/index.ts'
+import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
 import { LocalEngine, LocalRouter, defaultInferenceThreads } from './inference/index.ts'
 import { createLogger } from './log.ts'
@@ -47,8 +47,11 @@ export interface RunningNode {
 export async function startNode (config: NodeConfig, options: { logDestination?: NodeJS.WritableStream } = {}): Promise<RunningNode> {
   const log = createLogger(config.logLevel, options.logDestination)
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 })
-  const identity = loadOrCreateIdentity(config.dataDir)
-  const db = openDatabase(join(config.dataDir, DATABASE_FILE))
+  const ptnDir = join(config.dataDir, 'ptn')
+  // Issue 14: refuses to start when the key or the database is missing beside the other, never replacing either.
+  const { identity, db } = openNodeIdentity({ openDatabase: () => openDatabase(join(config.dataDir, DATABASE_FILE)), log }, {
+    dataDir: config.dataDir, databaseFile: DATABASE_FILE, ptnDir, resetIdentity: config.resetIdentity
+  })
   const cleanups: Array<() => Promise<void> | void> = [() => { db.close() }]
   try {
     const adminToken = randomBytes(32).toString('base64url')
@@ -127,7 +130,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       log: log.child({ part: 'infer' })
     })
     await network.handle(INFER_PROTOCOL, inference.handle, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
-    const ptn: PtnService = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: join(config.dataDir, 'ptn') })
+    const ptn: PtnService = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
     await ptn.start()   // registers the PTN protocol, served once the network starts
     // Issue 7: this node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
     const agent: AgentService = new AgentService({ db, identity, network, engine, name, log: log.child({ part: 'agent' }) }, config.agent)

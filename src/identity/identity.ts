@@ -1,5 +1,5 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { CorruptStateError } from '../errors.ts'
 import { writeFileAtomic } from '../store/files.ts'
@@ -65,23 +65,30 @@ export function generateSeed (): Uint8Array {
 }
 
 /**
- * Reads the node key from the data dir, creating it (mode 0600) on first start. A key file that exists but cannot be
- * parsed is refused, never replaced: replacing it would silently give the node a new identity and orphan its credits.
+ * Reads the node key from the data dir, creating it (mode 0600) on first start; the relay's identity. The node's own
+ * goes through `openNodeIdentity`, which also checks the key against its database. A key file that exists but cannot
+ * be parsed is refused, never replaced: replacing it would silently give the node a new identity and orphan its credits.
  */
 export function loadOrCreateIdentity (dataDir: string): NodeIdentity {
   const path = join(dataDir, NODE_KEY_FILE)
-  let text: string
-  try {
-    text = readFileSync(path, 'utf8')
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+  if (!existsSync(path)) {
     const seed = generateSeed()
-    writeFileAtomic(path, `${KEY_FILE_VERSION}\n${Buffer.from(seed).toString('hex')}\n`, 0o600)
+    writeKeyFile(path, seed)
     return identityFromSeed(seed)
   }
-  const [version, hex] = text.trim().split('\n')
+  return readKeyFile(path)
+}
+
+/** Reads a node key file; CorruptStateError when it cannot be parsed. */
+export function readKeyFile (path: string): NodeIdentity {
+  const [version, hex] = readFileSync(path, 'utf8').trim().split('\n')
   if (version !== KEY_FILE_VERSION || hex == null || !/^[0-9a-f]{64}$/.test(hex)) {
     throw new CorruptStateError(`Node key file ${path} is unreadable; refusing to start rather than replace the node's identity`)
   }
   return identityFromSeed(new Uint8Array(Buffer.from(hex, 'hex')))
+}
+
+/** Writes a node key file atomically, readable by the owner only. */
+export function writeKeyFile (path: string, seed: Uint8Array): void {
+  writeFileAtomic(path, `${KEY_FILE_VERSION}\n${Buffer.from(seed).toString('hex')}\n`, 0o600)
 }

@@ -1,2 +1,3 @@
 export { loadOrCreateIdentity, identityFromSeed, generateSeed, verifySignature } from './identity.ts'
 export type { NodeIdentity } from './identity.ts'
+export { openNodeIdentity } from './node-identity.ts'

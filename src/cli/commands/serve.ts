@@ -17,6 +17,7 @@ interface ServeOptions {
   allowedHost: string[]
   p2pListen: string[]
   model?: string
+  resetIdentity?: boolean
 }
 
 /** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
@@ -37,6 +38,7 @@ export function registerServe (program: Command): void {
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
     .option('--p2p-listen <multiaddr>', 'peer-to-peer listen address, e.g. /ip4/0.0.0.0/tcp/4002 (repeatable; default: loopback only)', collect, [])
+    .option('--reset-identity', 'start even though node.key or meshnode.db is missing beside the other: a new key, or a fresh database (see docs/API.md, Identity)')
     .action(async (options: ServeOptions) => {
       const port = parseWhole('--port', options.port, 0, 65535)
       const defaults = defaultConfig()
@@ -52,7 +54,8 @@ export function registerServe (program: Command): void {
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
-        model: options.model == null ? null : modelArgument(options.model)
+        model: options.model == null ? null : modelArgument(options.model),
+        resetIdentity: options.resetIdentity === true
       })
       let node
       try {
