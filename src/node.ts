@@ -171,7 +171,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         peers: network.counts(),
         wallet: { currentBalance: ledger.balanceMicro() / 1_000_000 },
         ptn: { memberships: ptn.countInEffect() },
-        settings: settings.get()
+        settings: settings.redacted()
       })
     }, { version: VERSION, allowedOrigins: config.allowedOrigins, allowedHosts: config.allowedHosts })
     cleanups.unshift(async () => {

@@ -35,6 +35,13 @@ export type Settings = Required<z.infer<typeof SettingsPatch>>
 export type SettingsPatch = z.infer<typeof SettingsPatch>
 export type SettingKey = keyof Settings
 
+/**
+ * Settings that are write-only (issue 14): answers carry `SECRET_MASK` when one is set and `""` when not, never the
+ * value. A patch that sends the mask back (a client that PATCHes what it read) leaves the secret as it is.
+ */
+export const SECRET_SETTINGS = ['cluster_passcode'] as const satisfies readonly SettingKey[]
+export const SECRET_MASK = '********'
+
 export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   cluster_enabled: false,
   wan_enabled: false,
@@ -99,9 +106,17 @@ export class SettingsStore {
     return { ...this.#current }
   }
 
-  /** Applies `patch` atomically and returns the full settings. Throws InvalidInputError naming the first bad key. */
+  /** The settings as answers show them: every secret masked (issue 14). */
+  redacted (): Settings {
+    return redactSettings(this.#current)
+  }
+
+  /**
+   * Applies `patch` atomically and returns the full settings (secrets included: callers that answer with them use
+   * `redactSettings`). Throws InvalidInputError naming the first bad key.
+   */
   update (patch: unknown): Settings {
-    const parsed = SettingsPatch.safeParse(patch)
+    const parsed = SettingsPatch.safeParse(withoutEchoedSecrets(patch))
     if (!parsed.success) {
       const issue = parsed.error.issues[0]
       const param = issue.code === 'unrecognized_keys' ? issue.keys[0] : String(issue.path[0] ?? '')
@@ -144,6 +159,20 @@ export class SettingsStore {
     }
     return result
   }
+}
+
+/** `settings` with each secret replaced by the mask when set, `""` when not. */
+export function redactSettings (settings: Settings): Settings {
+  const result = { ...settings }
+  for (const key of SECRET_SETTINGS) result[key] = result[key] === '' ? '' : SECRET_MASK
+  return result
+}
+
+function withoutEchoedSecrets (patch: unknown): unknown {
+  if (patch == null || typeof patch !== 'object' || Array.isArray(patch)) return patch
+  const copy: Record<string, unknown> = { ...patch }
+  for (const key of SECRET_SETTINGS) if (copy[key] === SECRET_MASK) delete copy[key]
+  return copy
 }
 
 function stripUndefined<T extends object> (value: T): Partial<T> {
