@@ -10,6 +10,7 @@ import type { ModelStore } from '../models/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
 import { errorHandler, notFoundHandler } from './errors.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
+import { registerScopeGuard } from './scopes.ts'
 import { apiKeyRoutes } from './routes/apikeys.ts'
 import { sessionRoutes } from './routes/session.ts'
 import { appStateRoutes } from './routes/app-state.ts'
@@ -102,6 +103,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
     transform: jsonSchemaTransform
   })
   registerGuards(app, deps, options)
+  registerScopeGuard(app)
 
   await app.register(healthRoutes, { health: deps.health })
   await app.register(appStateRoutes, { snapshot: deps.snapshot, settings: deps.settings })

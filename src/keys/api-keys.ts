@@ -1,8 +1,16 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
+import { EventEmitter } from 'node:events'
 import { InvalidInputError, NotFoundError } from '../errors.ts'
 import { inTransaction, type Database } from '../store/index.ts'
 
 export const API_KEY_PREFIX = 'mn_'
+
+/**
+ * What a key may call (issue 14): `admin` everything (the spec's keys), `inference` only the OpenAI-compatible
+ * endpoints, so a key handed to a chat client cannot make keys, change settings, spend credits or touch PTNs.
+ */
+export const API_KEY_SCOPES = ['admin', 'inference'] as const
+export type ApiKeyScope = typeof API_KEY_SCOPES[number]
 
 export interface ApiKeyRecord {
   id: string
@@ -11,6 +19,7 @@ export interface ApiKeyRecord {
   created: string
   lastUsed: string | null
   status: 'active' | 'revoked'
+  scope: ApiKeyScope
 }
 
 export interface GeneratedApiKey {
@@ -18,16 +27,22 @@ export interface GeneratedApiKey {
   name: string
   key: string
   created: string
+  scope: ApiKeyScope
 }
 
 interface CachedKey {
   id: string
   hash: Buffer
   revoked: boolean
+  scope: ApiKeyScope
 }
 
-/** Who a request authenticated as. */
-export type Principal = { kind: 'api-key', keyID: string } | { kind: 'admin-token' }
+/** Who a request authenticated as. The admin token is admin. */
+export type Principal = { kind: 'api-key', keyID: string, scope: ApiKeyScope } | { kind: 'admin-token' }
+
+export function scopeOf (principal: Principal): ApiKeyScope {
+  return principal.kind === 'admin-token' ? 'admin' : principal.scope
+}
 
 /**
  * API keys (spec §2.9, CONTRACT §5): 256 random bits shown once, stored only as SHA-256, compared in constant time.
@@ -39,6 +54,7 @@ export class ApiKeys {
   readonly #adminTokenHash: Buffer
   #keys: CachedKey[] = []
   readonly #pendingUsage = new Map<string, string>()
+  readonly #revoked = new EventEmitter<{ revoked: [keyID: string] }>()
 
   constructor (deps: { db: Database }, options: { adminToken: string }) {
     this.#db = deps.db
@@ -46,21 +62,22 @@ export class ApiKeys {
     this.#reload()
   }
 
-  generate (name: string): GeneratedApiKey {
+  generate (name: string, scope: ApiKeyScope = 'admin'): GeneratedApiKey {
     const trimmed = name.trim()
     if (trimmed === '') throw new InvalidInputError('name must not be empty', 'name')
+    if (!API_KEY_SCOPES.includes(scope)) throw new InvalidInputError(`scope must be one of ${API_KEY_SCOPES.join(', ')}`, 'scope')
     const key = API_KEY_PREFIX + randomBytes(32).toString('base64url')
-    const record = { id: randomUUID(), name: trimmed, created: new Date().toISOString() }
-    this.#db.prepare('INSERT INTO api_keys (id, name, hash, prefix, created) VALUES (?, ?, ?, ?, ?)')
-      .run(record.id, record.name, sha256(key).toString('hex'), maskKey(key), record.created)
-    this.#keys.push({ id: record.id, hash: sha256(key), revoked: false })
-    return { ...record, key }
+    const record = { id: randomUUID(), name: trimmed, created: new Date().toISOString(), scope }
+    this.#db.prepare('INSERT INTO api_keys (id, name, hash, prefix, created, scope) VALUES (?, ?, ?, ?, ?, ?)')
+      .run(record.id, record.name, sha256(key).toString('hex'), maskKey(key), record.created, scope)
+    this.#keys.push({ id: record.id, hash: sha256(key), revoked: false, scope })
+    return { id: record.id, name: record.name, key, created: record.created, scope }
   }
 
   list (): ApiKeyRecord[] {
-    const rows = this.#db.prepare(`SELECT k.id, k.name, k.prefix, k.created, k.revoked_at, u.last_used
+    const rows = this.#db.prepare(`SELECT k.id, k.name, k.prefix, k.created, k.revoked_at, k.scope, u.last_used
       FROM api_keys k LEFT JOIN api_key_usage u ON u.id = k.id ORDER BY k.created, k.id`).all() as Array<{
-      id: string, name: string, prefix: string, created: string, revoked_at: string | null, last_used: string | null
+      id: string, name: string, prefix: string, created: string, revoked_at: string | null, scope: ApiKeyScope, last_used: string | null
     }>
     return rows.map((row) => ({
       id: row.id,
@@ -68,7 +85,8 @@ export class ApiKeys {
       prefix: row.prefix,
       created: row.created,
       lastUsed: this.#pendingUsage.get(row.id) ?? row.last_used,
-      status: row.revoked_at == null ? 'active' : 'revoked'
+      status: row.revoked_at == null ? 'active' : 'revoked',
+      scope: row.scope
     }))
   }
 
@@ -80,6 +98,13 @@ export class ApiKeys {
       this.#db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ?').run(new Date().toISOString(), id)
     }
     for (const key of this.#keys) if (key.id === id) key.revoked = true
+    this.#revoked.emit('revoked', id)
+  }
+
+  /** Calls `listener` with the id of each key revoked (again or for the first time). Returns a function that removes it. */
+  onRevoke (listener: (keyID: string) => void): () => void {
+    this.#revoked.on('revoked', listener)
+    return () => { this.#revoked.off('revoked', listener) }
   }
 
   /**
@@ -95,7 +120,7 @@ export class ApiKeys {
     const isAdmin = timingSafeEqual(this.#adminTokenHash, hash)
     if (match != null) {
       this.#pendingUsage.set(match.id, new Date().toISOString())
-      return { kind: 'api-key', keyID: match.id }
+      return { kind: 'api-key', keyID: match.id, scope: match.scope }
     }
     return isAdmin ? { kind: 'admin-token' } : null
   }
@@ -118,8 +143,8 @@ export class ApiKeys {
   }
 
   #reload (): void {
-    const rows = this.#db.prepare('SELECT id, hash, revoked_at FROM api_keys').all() as Array<{ id: string, hash: string, revoked_at: string | null }>
-    this.#keys = rows.map((row) => ({ id: row.id, hash: Buffer.from(row.hash, 'hex'), revoked: row.revoked_at != null }))
+    const rows = this.#db.prepare('SELECT id, hash, revoked_at, scope FROM api_keys').all() as Array<{ id: string, hash: string, revoked_at: string | null, scope: ApiKeyScope }>
+    this.#keys = rows.map((row) => ({ id: row.id, hash: Buffer.from(row.hash, 'hex'), revoked: row.revoked_at != null, scope: row.scope }))
   }
 }
 

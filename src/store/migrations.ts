@@ -150,5 +150,7 @@ export const MIGRATIONS: readonly string[] = [
    );
    INSERT INTO loaded_model_v2 (id, model_key) SELECT id, model_key FROM loaded_model;
    DROP TABLE loaded_model;
-   ALTER TABLE loaded_model_v2 RENAME TO loaded_model;`
+   ALTER TABLE loaded_model_v2 RENAME TO loaded_model;`,
+  // scoped keys (issue 14): what a key may call. Keys made before scopes existed were full admin keys and stay so.
+  `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'inference'));`
 ]

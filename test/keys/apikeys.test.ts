@@ -10,7 +10,7 @@ test('generate shows the key once; the list shows only the masked prefix', async
   const { api } = await startTestNode(t)
   const created = await api.post('/v1/app/apikeys', { name: 'laptop' })
   assert.equal(created.status, 200)
-  assert.deepEqual(Object.keys(created.body).sort(), ['created', 'id', 'key', 'name'])
+  assert.deepEqual(Object.keys(created.body).sort(), ['created', 'id', 'key', 'name', 'scope'])
   assert.match(created.body.id, /^[0-9a-f-]{36}$/)
   assert.equal(created.body.name, 'laptop')
   assert.ok(Buffer.from(created.body.key.replace(/^mn_/, ''), 'base64url').length === 32, '256 random bits')
@@ -26,7 +26,8 @@ test('generate shows the key once; the list shows only the masked prefix', async
     prefix: `${created.body.key.slice(0, 12)}...${created.body.key.slice(-4)}`,
     created: created.body.created,
     lastUsed: null,
-    status: 'active'
+    status: 'active',
+    scope: 'admin'
   })
   assert.ok(!JSON.stringify(list.body).includes(created.body.key), 'the listing never holds the key')
 })

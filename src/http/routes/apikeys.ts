@@ -10,7 +10,7 @@ export const apiKeyRoutes: FastifyPluginAsyncZod<{ keys: ApiKeys }> = async (app
   })
 
   app.post('/v1/app/apikeys', { schema: { tags, body: GenerateApiKeyBody, response: { 200: GeneratedApiKey, ...errorResponses } } }, async (request) => {
-    return keys.generate(request.body.name)
+    return keys.generate(request.body.name, request.body.scope)
   })
 
   app.post('/v1/app/apikeys/revoke', { schema: { tags, body: RevokeApiKeyBody, response: { 200: RevokedApiKey, ...errorResponses } } }, async (request) => {
