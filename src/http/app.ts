@@ -11,6 +11,7 @@ import type { SettingsStore } from '../settings/index.ts'
 import { errorHandler, notFoundHandler } from './errors.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
 import { registerScopeGuard } from './scopes.ts'
+import { registerStreamRevocation } from './open-streams.ts'
 import { apiKeyRoutes } from './routes/apikeys.ts'
 import { sessionRoutes } from './routes/session.ts'
 import { appStateRoutes } from './routes/app-state.ts'
@@ -104,6 +105,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   })
   registerGuards(app, deps, options)
   registerScopeGuard(app)
+  registerStreamRevocation(app, deps)
 
   await app.register(healthRoutes, { health: deps.health })
   await app.register(appStateRoutes, { snapshot: deps.snapshot, settings: deps.settings })

@@ -13,6 +13,9 @@ export const SSE_HEADERS = {
 /** How often a comment line is sent while nothing else is, so proxies and clients do not time the stream out. */
 export const SSE_KEEPALIVE_MS = 15_000
 
+/** Emitted on a stream's response when the node cuts it (`cutStream`), so the work feeding it stops too. */
+const STREAM_CUT = 'meshnode:stream-cut'
+
 /**
  * A signal that fires when the client goes away before we finished answering. It watches the *response*: fastify 5's
  * `request.signal` also fires once a POST body has been read, and a hijacked reply is ours to manage (STYLE §4).
@@ -20,7 +23,19 @@ export const SSE_KEEPALIVE_MS = 15_000
 export function clientGone (reply: FastifyReply): AbortSignal {
   const gone = new AbortController()
   reply.raw.on('close', () => { if (!reply.raw.writableEnded) gone.abort(new Error('client disconnected')) })
+  reply.raw.once(STREAM_CUT, (reason: Error) => { gone.abort(reason) })
   return gone.signal
+}
+
+/**
+ * Ends a stream from the node's side (its key was revoked, say): the work behind it is aborted as if the client had
+ * left, and the client reads `error` as a last `event: error` (the OpenAI SDK throws it as an APIError).
+ */
+export function cutStream (raw: ServerResponse, error: unknown): void {
+  if (raw.writableEnded || raw.destroyed) return
+  raw.emit(STREAM_CUT, new Error('stream ended by the node'))
+  writeSseData(raw, error, 'error')
+  raw.end()
 }
 
 /** Starts an SSE answer on a hijacked reply, with extra headers (e.g. X-Served-By) merged in. */
@@ -33,6 +48,7 @@ export function startSse (reply: FastifyReply, headers: Record<string, string> =
   }
   raw.writeHead(200, { ...SSE_HEADERS, ...headers })
   raw.flushHeaders()
+  reply.server.openStreams.add(reply.request, raw)
   return raw
 }
 
