@@ -37,7 +37,7 @@ test('transactions: limit defaults to 20, accepts 1 to 500, refuses anything els
     const res = await api.get(`/v1/app/wallet/transactions?limit=${limit}`)
     assert.equal(res.status, 200, limit)
   }
-  for (const limit of ['0', '501', '-1', '1.5', 'abc', '', '1e9']) {
+  for (const limit of ['0', '501', '-1', '1.5', 'abc', '', '1e9', '0x10', '1e2', '%2B5', '%205', '5.0', '0b11', '9'.repeat(20)]) {
     const res = await api.get(`/v1/app/wallet/transactions?limit=${limit}`)
     assert.equal(res.status, 400, `limit=${limit}`)
     assert.equal(res.body.error.type, 'invalid_request_error')

@@ -27,6 +27,15 @@ export const errorResponses = {
 export const IsoTime = z.string().describe('ISO 8601 UTC date-time')
 
 /**
+ * A whole number in a query string, written in decimal digits only: `0x10`, `1e3`, `5.0`, ` 5` and `+5`, which
+ * `Number()` would read, are 400 rather than guesses (issue 14).
+ */
+export function queryInteger (min: number, max: number) {
+  return z.string().regex(/^\d{1,15}$/, { message: 'must be a whole number in decimal digits' })
+    .transform(Number).pipe(z.number().int().min(min).max(max))
+}
+
+/**
  * CONTRACT §1: request bodies also accept the snake_case names older clients send. Renames `aliases` keys to their
  * camelCase field before validation, unless the camelCase field is present too (it wins).
  */

@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import { IsoTime, SNAKE_ALIASES, withAliases } from './common.ts'
+import { IsoTime, SNAKE_ALIASES, queryInteger, withAliases } from './common.ts'
 
 // Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it (CONTRACT §1).
 const MICRO_PER_CREDIT = 1_000_000
@@ -46,7 +46,7 @@ export type TransactionList = z.infer<typeof TransactionList>
 
 /** CONTRACT §8: default 20, 1 to 500, an integer; anything else is a 400 (never clamped). */
 export const TransactionsQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(500).default(20)
+  limit: queryInteger(1, 500).default(20)
 })
 
 export const SendBody = withAliases(z.object({
