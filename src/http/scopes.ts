@@ -17,14 +17,15 @@ export function isInferenceRoute (route: string): boolean {
 /**
  * Scoped keys (docs/API.md, Authentication): runs after the guards have said who the request is, whatever proved it
  * (a Bearer key, or a session made from one), and refuses what that principal's scope does not cover with 403. An
- * unknown route is left to the 404 answer. With network access off no key is read, so nothing is scoped.
+ * unknown route is left to the 404 answer, a public route (no key needed) to its handler. With network access off no key is read, so nothing is scoped.
  */
 export function registerScopeGuard (app: HttpApp): void {
   app.addHook('onRequest', async (request: FastifyRequest) => {
     const principal = request.principal
     if (principal == null || scopeOf(principal) === 'admin') return
     const route = request.routeOptions.url
-    if (route == null || isInferenceRoute(route)) return
+    // Public routes (the dashboard's page and sign-in) need no key at all, so no scope either.
+    if (route == null || isInferenceRoute(route) || request.routeOptions.config?.public === true) return
     throw new PermissionError(`This API key has the inference scope: it may call the OpenAI-compatible endpoints (/v1/chat/completions, /v1/models, ...), not ${request.method} ${route}`)
   })
 }

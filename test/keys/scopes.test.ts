@@ -113,3 +113,22 @@ test('meshnode apikeys generate --scope inference; the listing shows the scope; 
   assert.notEqual(bad.code, 0)
   assert.match(bad.stderr, /root/)
 })
+
+test('a dashboard session made from an inference key has the inference scope; one from an admin key is admin', async (t) => {
+  const { api } = await startTestNode(t)
+  const inference = (await api.post('/v1/app/apikeys', { name: 'bot', scope: 'inference' })).body
+  const admin = (await api.post('/v1/app/apikeys', { name: 'owner' })).body
+  await api.patch('/v1/app/settings', { allow_network_access: true })
+  const cookieFor = async (apiKey: string): Promise<string> => {
+    const signIn = await api.post('/v1/app/session', { apiKey })
+    assert.equal(signIn.status, 200)
+    return (signIn.headers.get('set-cookie') ?? '').split(';')[0]
+  }
+  const inferenceCookie = await cookieFor(inference.key)
+  assert.equal((await api.get('/v1/models', { cookie: inferenceCookie })).status, 200)
+  const refused = await api.get('/v1/app', { cookie: inferenceCookie })
+  assert.equal(refused.status, 403)
+  assert.equal(refused.body.error.type, 'permission_error')
+  assert.equal((await api.get('/v1/app/apikeys', { cookie: inferenceCookie })).status, 403)
+  assert.equal((await api.get('/v1/app', { cookie: await cookieFor(admin.key) })).status, 200)
+})

@@ -9,7 +9,7 @@ function store (active = (_: Principal): boolean => true): { sessions: Sessions,
   return { sessions: new Sessions({ keys: { isActive: active } }, { now: () => clock.now }), clock }
 }
 
-const KEY: Principal = { kind: 'api-key', keyID: 'k1' }
+const KEY: Principal = { kind: 'api-key', keyID: 'k1', scope: 'admin' }
 
 test('a session idles out, is kept alive by use, and ends at its maximum age whatever the use', () => {
   const { sessions, clock } = store()
