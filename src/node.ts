@@ -125,6 +125,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         const ours = ptn.memberPtnIDs()
         return network.peer(nodeID)?.ptnIDs.some(id => ours.includes(id)) ?? false
       },
+      sharesPtn: (nodeID, ptnID) => ptn.memberPtnIDs().includes(ptnID) && (network.peer(nodeID)?.ptnIDs.includes(ptnID) ?? false),
       recordDemand: (modelID) => { network.recordDemand(modelID) },
       onServed: ({ usage }) => { peerTokens.inc({}, usage.completionTokens); peerRequests.inc() },
       log: log.child({ part: 'infer' })

@@ -461,7 +461,7 @@ export class AgentService {
     let text: string
     for (;;) {
       try {
-        text = await this.#generate(this.#prompt(message, history, withSystemPrompt), frames, signal)
+        text = await this.#generate(this.#prompt(message, history, withSystemPrompt), frames, `peer:${question.envelope.signer}`, signal)
         break
       } catch (err) {
         if (signal.aborted || err instanceof StreamLostError) return null
@@ -530,8 +530,9 @@ export class AgentService {
   }
 
   /** Runs the generation, sending keep-alive frames while it waits for a slot or runs; returns the whole text. */
-  async #generate (request: ChatRequest, frames: FrameStream, signal: AbortSignal): Promise<string> {
-    const events = this.#engine.generate(request, { signal })[Symbol.asyncIterator]()
+  async #generate (request: ChatRequest, frames: FrameStream, requester: string, signal: AbortSignal): Promise<string> {
+    // The peer's agent resends the conversation every turn: its slot reuses what it evaluated last turn.
+    const events = this.#engine.generate(request, { signal, requester })[Symbol.asyncIterator]()
     let text = ''
     let next: Promise<IteratorResult<ChatEvent>> | null = null
     try {

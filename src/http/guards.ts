@@ -118,6 +118,14 @@ function isSameOrigin (origin: string, host: string | undefined): boolean {
   }
 }
 
+/**
+ * Whose prompt cache a request may reuse (inference's `Requester`): one API key's, or the local owner's (the admin
+ * token, or any loopback client while network access is off: both are the machine's owner).
+ */
+export function requesterOf (principal: Principal | null): string {
+  return principal?.kind === 'api-key' ? `key:${principal.keyID}` : 'local'
+}
+
 function bearerToken (header: string | undefined): string | null {
   if (header == null) return null
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header)

@@ -1,5 +1,6 @@
 // What a generation is asked and what it answers, independent of HTTP and of where it runs: the local engine and
 // a remote peer's engine take and give the same shapes.
+import type { Requester } from './slot-cache.ts'
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant'
@@ -38,6 +39,8 @@ export interface ChatUsage {
   /** Tokens the model sampled for this answer, including a stop string's tokens and the end-of-generation token. */
   completionTokens: number
   totalTokens: number
+  /** Prompt tokens a slot already held from this requester's earlier request, reused rather than evaluated again. */
+  cachedTokens: number
 }
 
 export type ChatEvent =
@@ -47,6 +50,11 @@ export type ChatEvent =
 export interface GenerateOptions {
   /** Aborting stops the generation within a token and frees its slot; the iterator then throws `signal.reason`. */
   signal?: AbortSignal
+  /**
+   * Who the generation runs for (`local`, `key:<id>`, `peer:<nodeID>`, `ptn:<ptnID>`): requests of one requester
+   * reuse each other's evaluated prompts, nobody else's. Default: a requester of its own, which reuses nothing.
+   */
+  requester?: Requester
 }
 
 /** Anything that answers a chat request as a stream: the local engine, a remote peer. */

@@ -4,14 +4,16 @@ import { availableParallelism } from 'node:os'
 import type {
   LlamaChat,
   ChatHistoryItem, ChatWrapper, GbnfJsonSchema, Llama, LlamaContext, LlamaContextSequence, LlamaGrammar,
-  LlamaModel, LLamaChatGenerateResponseOptions
+  LlamaModel, LLamaChatGenerateResponseOptions, Token
 } from 'node-llama-cpp'
+import { SequenceOrderedBatching } from './batching.ts'
 import type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat } from './chat.ts'
 import { ChunkQueue } from './chunk-queue.ts'
 import { InvalidGenerationRequestError, ModelLoadError, NoModelLoadedError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
 import { defaultInferenceThreads, getSharedLlama, llamaModule } from './llama.ts'
 import { SlotPool } from './slot-pool.ts'
+import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type CachedSlot } from './slot-cache.ts'
 
 type LogFn = (obj: object, msg?: string) => void
 /** The part of a pino logger the engine calls. */
@@ -74,7 +76,7 @@ const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
 
 const SILENT_LOGGER: InferenceLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined }
 
-interface Slot {
+interface Slot extends CachedSlot {
   sequence: LlamaContextSequence
   chat: LlamaChat
 }
@@ -95,6 +97,8 @@ interface ActiveModel {
 
 interface GenerationPlan {
   history: ChatHistoryItem[]
+  /** The prompt as LlamaChat will evaluate it: what a slot's cached tokens are matched against. */
+  tokens: Token[]
   promptTokens: number
   maxTokens: number
   grammar: LlamaGrammar | undefined
@@ -198,11 +202,12 @@ export class LocalEngine implements ChatEngine {
    */
   async * generate (request: ChatRequest, options: GenerateOptions = {}): AsyncGenerator<ChatEvent, void, undefined> {
     const { signal } = options
+    const requester = options.requester ?? anonymousRequester()
     signal?.throwIfAborted()
     const active = this.active
     if (active == null) throw new NoModelLoadedError()
     const plan = await this.plan(active, request)
-    const slot = await active.pool.acquire(signal)
+    const slot = await active.pool.acquire({ signal, choose: (free) => chooseSlot(free, requester, plan.tokens) })
     if (active.unloading.signal.aborted) {
       // unloaded between the hand-over and now: the model may already be disposed
       active.pool.release(slot)
@@ -211,11 +216,14 @@ export class LocalEngine implements ChatEngine {
     const consumerLeft = new AbortController()
     const chunks = new ChunkQueue<string>()
     const stopSignals = [consumerLeft.signal, active.unloading.signal, ...(signal == null ? [] : [signal])]
-    const outcome = this.run(active, slot, plan, chunks, AbortSignal.any(stopSignals))
+    const outcome = this.run(active, slot, requester, plan, chunks, AbortSignal.any(stopSignals))
     // The slot goes back when the generation settles, not when the consumer next pulls: a consumer stuck on a slow
     // socket must not hold a slot that queued requests wait for.
     const settled: Promise<void> = outcome
-      .then(() => { chunks.end() }, (err: unknown) => { chunks.fail(err) })
+      .then(() => { chunks.end() }, (err: unknown) => {
+        forgetSlot(slot)
+        chunks.fail(err)
+      })
       .finally(() => {
         active.running.delete(settled)
         active.pool.release(slot)
@@ -230,11 +238,12 @@ export class LocalEngine implements ChatEngine {
     }
   }
 
-  private async run (active: ActiveModel, slot: Slot, plan: GenerationPlan, chunks: ChunkQueue<string>, signal: AbortSignal): Promise<GenerationOutcome> {
+  private async run (active: ActiveModel, slot: Slot, requester: string, plan: GenerationPlan, chunks: ChunkQueue<string>, signal: AbortSignal): Promise<GenerationOutcome> {
     const started = performance.now()
-    // A fresh sequence per request: no request sees another's tokens (nor, by timing, whether it shared a prefix),
-    // and the same request gives the same text whichever slot it lands on. The cost is re-reading a long prompt.
-    await slot.sequence.clearHistory()
+    // The slot keeps what its last generation evaluated, and LlamaChat evaluates only the part of this prompt that
+    // differs (a chat resending its history pays for the new turn, not the whole conversation). Only within one
+    // requester: a slot holding anyone else's tokens is cleared first (slot-cache.ts).
+    const cachedTokens = await prepareSlot(slot, requester, plan.tokens)
     const meterBefore = slot.sequence.tokenMeter.getState()
     const result = await slot.chat.generateResponse(plan.history, {
       ...plan.sampling,
@@ -248,7 +257,7 @@ export class LocalEngine implements ChatEngine {
     // One "output" token per sampling step: the logits of the prompt's last token, then of each generated token
     // but the last. So this counts exactly the tokens sampled, including stop-string and end-of-generation tokens.
     const completionTokens = slot.sequence.tokenMeter.diff(meterBefore).usedOutputTokens
-    const usage: ChatUsage = { promptTokens: plan.promptTokens, completionTokens, totalTokens: plan.promptTokens + completionTokens }
+    const usage: ChatUsage = { promptTokens: plan.promptTokens, completionTokens, totalTokens: plan.promptTokens + completionTokens, cachedTokens }
     const stopReason = result.metadata.stopReason
     this.log.debug({ modelID: active.info.modelID, stopReason, ...usage, ms: Math.round(performance.now() - started) }, 'generation finished')
     if (stopReason === 'abort') throw signal.reason
@@ -261,7 +270,8 @@ export class LocalEngine implements ChatEngine {
     const { contextLength, modelID } = active.info
     // Rendered exactly as LlamaChat renders a history it has no earlier evaluation of: with the model's turn opened.
     const rendered = active.chatWrapper.generateContextState({ chatHistory: withModelTurn(history) })
-    const promptTokens = rendered.contextText.tokenize(active.model.tokenizer).length
+    const tokens = rendered.contextText.tokenize(active.model.tokenizer)
+    const promptTokens = tokens.length
     // LlamaChat needs one free cell beyond the prompt, and then room for at least one token to sample.
     const room = contextLength - promptTokens
     if (room < 2) {
@@ -278,6 +288,7 @@ export class LocalEngine implements ChatEngine {
     const resolvedMaxTokens = Math.min(maxTokens ?? room, room)
     return {
       history,
+      tokens,
       promptTokens,
       maxTokens: resolvedMaxTokens,
       grammar: await grammarFor(active.llama, request.responseFormat),
@@ -298,17 +309,20 @@ export class LocalEngine implements ChatEngine {
 
   private async activate (modelID: string, path: string, sizeBytes: number, llama: Llama, model: LlamaModel): Promise<ActiveModel> {
     const trainContextLength = model.trainContextSize
+    const batching = new SequenceOrderedBatching()
     const context = await model.createContext({
       sequences: this.slotCount,
       contextSize: trainContextLength > 0 ? Math.min(this.contextSize, trainContextLength) : this.contextSize,
-      threads: this.threads
+      threads: this.threads,
+      batching: batching.options
     })
+    batching.attach(context)
     const { LlamaChat, resolveChatWrapper } = await llamaModule()
     const chatWrapper = resolveChatWrapper(model)
     const slots: Slot[] = []
     for (let i = 0; i < this.slotCount; i++) {
       const sequence = context.getSequence()
-      slots.push({ sequence, chat: new LlamaChat({ contextSequence: sequence, chatWrapper }) })
+      slots.push({ sequence, chat: new LlamaChat({ contextSequence: sequence, chatWrapper }), owner: null, lastUsed: 0 })
     }
     const info: LoadedModelInfo = Object.freeze({
       modelID,

@@ -1,5 +1,6 @@
 import type * as NodeLlamaCpp from 'node-llama-cpp'
 import type { Llama } from 'node-llama-cpp'
+import { letErasuresIn } from './batching.ts'
 
 type LlamaModule = typeof NodeLlamaCpp
 let module: Promise<LlamaModule> | null = null
@@ -11,6 +12,7 @@ let module: Promise<LlamaModule> | null = null
 export async function llamaModule (): Promise<LlamaModule> {
   module ??= import('node-llama-cpp').then((loaded) => {
     guardSampling(loaded.LlamaContextSequence)
+    letErasuresIn(loaded.LlamaContext, loaded.LlamaContextSequence)
     return loaded
   })
   return await module

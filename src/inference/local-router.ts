@@ -31,7 +31,7 @@ export class LocalRouter implements ChatRouter {
       throw new UnavailableError(`Model ${request.modelID} is not loaded on this node and no peer serves it` +
         (loaded == null ? ' (no model is loaded)' : ` (loaded: ${loaded.modelID})`))
     }
-    const events = this.#deps.engine.generate(request, { signal: options.signal })[Symbol.asyncIterator]()
+    const events = this.#deps.engine.generate(request, { signal: options.signal, requester: options.requester })[Symbol.asyncIterator]()
     return { events, servedBy: 'local' }
   }
 

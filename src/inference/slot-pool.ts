@@ -13,9 +13,17 @@ interface Waiter<T> {
   forget: () => void
 }
 
+export interface AcquireOptions<T> {
+  /** Rejects the wait with `signal.reason` when aborted. */
+  signal?: AbortSignal
+  /** Which of the free slots to take (an index into `free`); default the one freed last. */
+  choose?: (free: readonly T[]) => number
+}
+
 /**
- * A fixed set of slots (context sequences) handed out first come, first served. A released slot goes straight to the
- * oldest waiter, so a request queued behind an aborted one starts in the same tick the slot comes free.
+ * A fixed set of slots (context sequences) handed out first come, first served. A caller that finds several free
+ * may choose among them (the one whose cache serves it best); a released slot goes straight to the oldest waiter, so
+ * a request queued behind an aborted one starts in the same tick the slot comes free.
  */
 export class SlotPool<T extends object> {
   readonly size: number
@@ -39,11 +47,15 @@ export class SlotPool<T extends object> {
   }
 
   /** A free slot, or a place in the queue; rejects with `signal.reason` if the caller gives up while waiting. */
-  async acquire (signal?: AbortSignal): Promise<T> {
+  async acquire (options: AcquireOptions<T> = {}): Promise<T> {
+    const { signal, choose } = options
     if (this.closedReason != null) throw this.closedReason
     signal?.throwIfAborted()
-    const slot = this.free.pop()
-    if (slot !== undefined) return slot
+    if (this.free.length > 0) {
+      const chosen = choose?.(this.free) ?? this.free.length - 1
+      const index = Number.isInteger(chosen) && chosen >= 0 && chosen < this.free.length ? chosen : this.free.length - 1
+      return this.free.splice(index, 1)[0]
+    }
     if (this.waiters.length >= this.options.queueSize) {
       throw new QueueFullError(this.options.queueSize, this.options.retryAfterSeconds)
     }

@@ -53,14 +53,22 @@ export const InferRequest = z.object({
   modelID: ModelIDString,
   request: WireChatRequest,
   /** The PTN the requester runs this for, if any; the server's reservation applies to its members. */
-  ptnID: z.string().max(256).nullable()
+  ptnID: z.string().max(256).nullable(),
+  /**
+   * An opaque label for whom the requesting node asks (a hash of its API key or owner); the server keeps prompt
+   * caches of different labels, as of different peers, apart. Optional, added within 1.0.0 (older nodes drop it).
+   */
+  requester: z.string().max(64).nullish()
 })
 export type InferRequest = z.infer<typeof InferRequest>
 
 const Usage = z.object({
   promptTokens: z.number().int().nonnegative(),
   completionTokens: z.number().int().nonnegative(),
-  totalTokens: z.number().int().nonnegative()
+  totalTokens: z.number().int().nonnegative(),
+  /** Prompt tokens the server reused from this requester's earlier request. Added within 1.0.0: a reader that does
+   * not know it drops it (zod strips unknown keys), and one that does reads 0 from a server that does not send it. */
+  cachedTokens: z.number().int().nonnegative().default(0)
 })
 
 /** Why a server refused or failed a request; the requester maps it back to our error kinds. */
@@ -98,7 +106,7 @@ export class RemoteInferenceError extends Error {
 export interface InferServiceDeps {
   /** The local engine. */
   engine: {
-    generate (request: ChatRequest, options: { signal?: AbortSignal }): AsyncIterable<ChatEvent>
+    generate (request: ChatRequest, options: { signal?: AbortSignal, requester?: string }): AsyncIterable<ChatEvent>
     stats (): { slots: number }
     loaded (): { modelID: string } | null
   }
@@ -106,6 +114,8 @@ export interface InferServiceDeps {
   settings: { get (): { org_capacity_reservation: number, inference_backend: string } }
   /** Whether a requester is a verified member of one of this node's PTNs (it may use the reserved slots). */
   isPtnMember: (nodeID: string) => boolean
+  /** Whether this node and the requester are both verified members of `ptnID` (its members then share prompt caches). */
+  sharesPtn?: (nodeID: string, ptnID: string) => boolean
   /** Counts a request for a model we do not serve (demand-driven models). */
   recordDemand: (modelID: string) => void
   /** After a request was answered in full: who asked, and the tokens we generated for it. */
@@ -147,7 +157,7 @@ export class InferService {
       }
       if (!member) this.#publicActive++
       admitted = true
-      const usage = await this.#serve(frames, ask, peerGone.signal)
+      const usage = await this.#serve(frames, ask, this.#requester(peer.nodeID, ask), peerGone.signal)
       if (usage != null) this.#deps.onServed?.({ nodeID: peer.nodeID, modelID: ask.modelID, usage })
     } finally {
       if (admitted && !member) this.#publicActive--
@@ -171,9 +181,15 @@ export class InferService {
     return null
   }
 
+  /** Whose prompt cache the request may reuse: its PTN's, when both are members of it; else its own peer's and label's. */
+  #requester (nodeID: string, ask: InferRequest): string {
+    if (ask.ptnID != null && this.#deps.sharesPtn?.(nodeID, ask.ptnID) === true) return `ptn:${ask.ptnID}`
+    return ask.requester == null ? `peer:${nodeID}` : `peer:${nodeID}/${ask.requester}`
+  }
+
   /** Streams the answer; returns the usage once `done` was sent, null when the generation failed (error sent). */
-  async #serve (frames: FrameStream, ask: InferRequest, signal: AbortSignal): Promise<ChatUsage | null> {
-    const events = this.#deps.engine.generate(ask.request as ChatRequest, { signal })[Symbol.asyncIterator]()
+  async #serve (frames: FrameStream, ask: InferRequest, requester: string, signal: AbortSignal): Promise<ChatUsage | null> {
+    const events = this.#deps.engine.generate(ask.request as ChatRequest, { signal, requester })[Symbol.asyncIterator]()
     try {
       // Keep-alives while the request waits for a slot: the requester can tell a queued request from a dead peer.
       let next = events.next()

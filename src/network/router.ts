@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
@@ -156,7 +157,10 @@ export class PeerRouter implements ChatRouter {
     const openSignal = AbortSignal.any([AbortSignal.timeout(this.#openTimeoutMs), ...(options.signal == null ? [] : [options.signal])])
     const stream = await this.#deps.network.open(peer.nodeID, INFER_PROTOCOL, { signal: openSignal })
     const { modelID, ...chat } = request
-    const ask: InferRequest = { modelID, request: chat as InferRequest['request'], ptnID: options.ptnID ?? null }
+    const ask: InferRequest = {
+      modelID, request: chat as InferRequest['request'], ptnID: options.ptnID ?? null,
+      requester: options.requester == null ? null : requesterLabel(options.requester)
+    }
     try {
       yield * requestInference(stream, ask, { signal: options.signal })
     } catch (err) {
@@ -189,4 +193,9 @@ function compareKeys (a: RankKey, b: RankKey): number {
     if (a[i] !== b[i]) return a[i] < b[i] ? -1 : 1
   }
   return 0
+}
+
+/** What a peer learns of whom we ask for: a label that tells our requesters apart and names none of them. */
+function requesterLabel (requester: string): string {
+  return createHash('sha256').update(requester).digest('base64url').slice(0, 22)
 }

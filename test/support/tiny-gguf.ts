@@ -90,7 +90,8 @@ function buildVocabulary (): Vocabulary {
   return vocabulary
 }
 
-type MetadataValue =
+/** A GGUF metadata value, as `encodeGguf` writes it. */
+export type MetadataValue =
   | { type: 'u32', value: number }
   | { type: 'f32', value: number }
   | { type: 'bool', value: boolean }
@@ -102,7 +103,14 @@ type MetadataValue =
 // gguf_type
 const VALUE_TYPE = { u32: 4, i32: 5, f32: 6, bool: 7, string: 8, array: 9 } as const
 
-interface Tensor { name: string, dims: number[], data: Float32Array }
+/** GGML_TYPE_Q8_0 blocks: 32 weights as one f16 scale and 32 int8 values (34 bytes), llama.cpp's common 8-bit format. */
+export const Q8_0_BLOCK = { weights: 32, bytes: 34 } as const
+const GGML_TYPE_Q8_0 = 8
+
+/** A tensor: float32 values, or Q8_0 blocks already encoded. ggml lists `dims` innermost first. */
+export type GgufTensor =
+  | { name: string, dims: number[], type: 'f32', data: Float32Array }
+  | { name: string, dims: number[], type: 'q8_0', data: Buffer }
 
 function encodeTinyGguf (options: TinyGgufOptions): Buffer {
   const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH } = options
@@ -133,8 +141,11 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
     ['tokenizer.ggml.add_eos_token', { type: 'bool', value: false }]
   ]
   if (chatTemplate != null) metadata.push(['tokenizer.chat_template', { type: 'string', value: chatTemplate }])
-  const tensors = buildTensors(vocabulary, seed)
+  return encodeGguf(metadata, buildTensors(vocabulary, seed))
+}
 
+/** A whole GGUF (v3) file: the metadata in order, then the tensors' descriptions and their aligned data. */
+export function encodeGguf (metadata: ReadonlyArray<[string, MetadataValue]>, tensors: readonly GgufTensor[]): Buffer {
   const out = new GgufBuffer()
   out.u32(GGUF_MAGIC)
   out.u32(GGUF_VERSION)
@@ -149,7 +160,7 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
     out.string(tensor.name)
     out.u32(tensor.dims.length)
     for (const dim of tensor.dims) out.u64(dim)
-    out.u32(GGML_TYPE_F32)
+    out.u32(tensor.type === 'f32' ? GGML_TYPE_F32 : GGML_TYPE_Q8_0)
     out.u64(offset)
     offset = alignUp(offset + tensor.data.byteLength)
   }
@@ -161,7 +172,7 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
   return out.toBuffer()
 }
 
-function buildTensors (vocabulary: Vocabulary, seed: number): Tensor[] {
+function buildTensors (vocabulary: Vocabulary, seed: number): GgufTensor[] {
   const random = normalGenerator(seed)
   const vocab = vocabulary.tokens.length
   const kv = HEAD_DIM * KV_HEADS
@@ -175,23 +186,23 @@ function buildTensors (vocabulary: Vocabulary, seed: number): Tensor[] {
   for (let token = 0; token < vocab; token++) {
     if (vocabulary.types[token] !== TOKEN_NORMAL) output.fill(0, token * EMBEDDING, (token + 1) * EMBEDDING)
   }
-  const tensors: Tensor[] = [
-    { name: 'token_embd.weight', dims: [EMBEDDING, vocab], data: noise(EMBEDDING * vocab, 1) },
-    { name: 'output_norm.weight', dims: [EMBEDDING], data: ones(EMBEDDING) },
-    { name: 'output.weight', dims: [EMBEDDING, vocab], data: output }
+  const tensors: GgufTensor[] = [
+    { name: 'token_embd.weight', dims: [EMBEDDING, vocab], type: 'f32', data: noise(EMBEDDING * vocab, 1) },
+    { name: 'output_norm.weight', dims: [EMBEDDING], type: 'f32', data: ones(EMBEDDING) },
+    { name: 'output.weight', dims: [EMBEDDING, vocab], type: 'f32', data: output }
   ]
   for (let layer = 0; layer < LAYERS; layer++) {
     const block = `blk.${layer}`
     tensors.push(
-      { name: `${block}.attn_norm.weight`, dims: [EMBEDDING], data: ones(EMBEDDING) },
-      { name: `${block}.attn_q.weight`, dims: [EMBEDDING, EMBEDDING], data: noise(EMBEDDING * EMBEDDING, 0.1) },
-      { name: `${block}.attn_k.weight`, dims: [EMBEDDING, kv], data: noise(EMBEDDING * kv, 0.1) },
-      { name: `${block}.attn_v.weight`, dims: [EMBEDDING, kv], data: noise(EMBEDDING * kv, 0.1) },
-      { name: `${block}.attn_output.weight`, dims: [EMBEDDING, EMBEDDING], data: noise(EMBEDDING * EMBEDDING, 0.1) },
-      { name: `${block}.ffn_norm.weight`, dims: [EMBEDDING], data: ones(EMBEDDING) },
-      { name: `${block}.ffn_gate.weight`, dims: [EMBEDDING, FFN], data: noise(EMBEDDING * FFN, 0.1) },
-      { name: `${block}.ffn_up.weight`, dims: [EMBEDDING, FFN], data: noise(EMBEDDING * FFN, 0.1) },
-      { name: `${block}.ffn_down.weight`, dims: [FFN, EMBEDDING], data: noise(FFN * EMBEDDING, 0.1) }
+      { name: `${block}.attn_norm.weight`, dims: [EMBEDDING], type: 'f32', data: ones(EMBEDDING) },
+      { name: `${block}.attn_q.weight`, dims: [EMBEDDING, EMBEDDING], type: 'f32', data: noise(EMBEDDING * EMBEDDING, 0.1) },
+      { name: `${block}.attn_k.weight`, dims: [EMBEDDING, kv], type: 'f32', data: noise(EMBEDDING * kv, 0.1) },
+      { name: `${block}.attn_v.weight`, dims: [EMBEDDING, kv], type: 'f32', data: noise(EMBEDDING * kv, 0.1) },
+      { name: `${block}.attn_output.weight`, dims: [EMBEDDING, EMBEDDING], type: 'f32', data: noise(EMBEDDING * EMBEDDING, 0.1) },
+      { name: `${block}.ffn_norm.weight`, dims: [EMBEDDING], type: 'f32', data: ones(EMBEDDING) },
+      { name: `${block}.ffn_gate.weight`, dims: [EMBEDDING, FFN], type: 'f32', data: noise(EMBEDDING * FFN, 0.1) },
+      { name: `${block}.ffn_up.weight`, dims: [EMBEDDING, FFN], type: 'f32', data: noise(EMBEDDING * FFN, 0.1) },
+      { name: `${block}.ffn_down.weight`, dims: [FFN, EMBEDDING], type: 'f32', data: noise(FFN * EMBEDDING, 0.1) }
     )
   }
   return tensors

@@ -6,6 +6,7 @@ import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, RoutedChatRequest, 
 import { toEnvelope } from '../errors.ts'
 import { ChatCompletion, ChatCompletionRequest, ModelList, type ChatCompletionChunk } from '../schemas/openai.ts'
 import { errorResponses } from '../schemas/common.ts'
+import { requesterOf } from '../guards.ts'
 import { clientGone, keepAlive, startSse, writeSseComment, writeSseData } from '../sse.ts'
 
 /**
@@ -37,7 +38,7 @@ export const chatRoutes: FastifyPluginAsyncZod<ChatRoutesOptions> = async (app, 
     const ptnHeader = request.headers['x-ptn-id']
     const ptnID = (typeof ptnHeader === 'string' && ptnHeader !== '' ? ptnHeader : null) ?? request.body.ptn ?? null
     const signal = clientGone(reply)
-    const generation = router.generate(chat, { signal, ptnID })
+    const generation = router.generate(chat, { signal, ptnID, requester: requesterOf(request.principal) })
     const id = `chatcmpl-${randomUUID()}`
     const created = Math.floor(Date.now() / 1000)
     const model = request.body.model
@@ -127,8 +128,13 @@ async function streamCompletion (reply: FastifyReply, generation: RoutedGenerati
   }
 }
 
-function toUsage (usage: ChatUsage): { prompt_tokens: number, completion_tokens: number, total_tokens: number } {
-  return { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, total_tokens: usage.totalTokens }
+function toUsage (usage: ChatUsage): ChatCompletion['usage'] {
+  return {
+    prompt_tokens: usage.promptTokens,
+    completion_tokens: usage.completionTokens,
+    total_tokens: usage.totalTokens,
+    prompt_tokens_details: { cached_tokens: usage.cachedTokens }
+  }
 }
 
 /** Maps the OpenAI request onto our engine's request, refusing what we cannot honour by name (never dropping it). */

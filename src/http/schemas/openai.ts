@@ -50,7 +50,13 @@ export const ChatCompletionRequest = z.looseObject({
 })
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>
 
-const Usage = z.object({ prompt_tokens: z.number(), completion_tokens: z.number(), total_tokens: z.number() })
+const Usage = z.object({
+  prompt_tokens: z.number(),
+  completion_tokens: z.number(),
+  total_tokens: z.number(),
+  /** OpenAI's field: prompt tokens reused from this requester's earlier requests instead of evaluated again. */
+  prompt_tokens_details: z.object({ cached_tokens: z.number() })
+})
 
 export const ChatCompletion = z.object({
   id: z.string(),

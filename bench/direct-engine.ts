@@ -1,0 +1,55 @@
+// Child process of bench:llama-server: node-llama-cpp called directly (no HTTP, no meshnode), driven over IPC, so
+// that its memory is measured on its own. One context with `streams` sequences, one LlamaChat per sequence, threads 1,
+// node-llama-cpp's default batching: what a program using the library in the obvious way gets.
+import { getLlama, LlamaChat, resolveChatWrapper, type ChatHistoryItem } from 'node-llama-cpp'
+
+export type DirectJob =
+  | { op: 'generate', messages: Array<{ role: 'system' | 'user' | 'assistant', content: string }>, maxTokens: number, streams: number, keepHistory: boolean }
+
+export interface DirectResult { ttftMs: number, lastMs: number, endMs: number, tokens: number, text: string }
+
+const [modelPath, slotsArgument, contextArgument] = process.argv.slice(2)
+const slots = Number(slotsArgument)
+const llama = await getLlama({ gpu: false, build: 'never', maxThreads: 1, progressLogs: false })
+const model = await llama.loadModel({ modelPath })
+const context = await model.createContext({ sequences: slots, contextSize: Number(contextArgument), threads: 1 })
+const chatWrapper = resolveChatWrapper(model)
+const chats = Array.from({ length: slots }, () => new LlamaChat({ contextSequence: context.getSequence(), chatWrapper }))
+
+function toHistory (messages: Extract<DirectJob, { op: 'generate' }>['messages']): ChatHistoryItem[] {
+  const history = messages.map((m): ChatHistoryItem => m.role === 'assistant'
+    ? { type: 'model', response: [m.content] }
+    : { type: m.role, text: m.content })
+  history.push({ type: 'model', response: [] })
+  return history
+}
+
+async function generate (chat: LlamaChat, job: Extract<DirectJob, { op: 'generate' }>, started: number): Promise<DirectResult> {
+  // keepHistory: the sequence keeps its tokens and LlamaChat evaluates only what differs (prefix reuse, as a program
+  // holding one conversation per sequence would); otherwise every generation starts from an empty sequence.
+  if (!job.keepHistory) await chat.sequence.clearHistory()
+  let first = 0
+  let last = 0
+  const before = chat.sequence.tokenMeter.getState()
+  const result = await chat.generateResponse(toHistory(job.messages), {
+    maxTokens: job.maxTokens,
+    temperature: 0,
+    repeatPenalty: false,
+    onTextChunk: (text) => {
+      if (text === '') return
+      last = performance.now()
+      if (first === 0) first = last
+    }
+  })
+  const tokens = chat.sequence.tokenMeter.diff(before).usedOutputTokens
+  const end = performance.now()
+  return { ttftMs: first - started, lastMs: last - started, endMs: end - started, tokens, text: result.response }
+}
+
+process.on('message', (job: DirectJob) => {
+  const started = performance.now()
+  Promise.all(chats.slice(0, job.streams).map(async (chat) => await generate(chat, job, started))).then(
+    (results) => { process.send?.({ results }) },
+    (err: unknown) => { process.send?.({ error: String(err) }) })
+})
+process.send?.({ ready: true })

@@ -1,0 +1,256 @@
+// bench:llama-server — meshnode against llama-server (built from the llama.cpp node-llama-cpp ships) and against
+// node-llama-cpp called directly, same GGUF, 1 thread, rounds interleaved: 1- and 4-stream decode, a long prompt's
+// time to first token, a 6-turn chat that resends its history every turn, peak RSS. Each engine runs in its own
+// process so its memory is its own; the one light SSE client (bench/sse-client.ts) reads both HTTP servers.
+// Method and results: bench/README.md. Never run by tests or CI: the first run builds llama-server (~15-30 min).
+import { spawn, type ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { join } from 'node:path'
+import type { DirectJob, DirectResult } from './direct-engine.ts'
+import { BENCH_CACHE, ensureLlamaServer } from './llama-server-build.ts'
+import { ensureRandom135M } from './random-gguf.ts'
+import { streamChat, type ChatStreamResult } from './sse-client.ts'
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
+const SLOTS = 4
+/** Context per slot; llama-server gets SLOTS times this (its -c is the total it splits between slots). */
+const SLOT_CONTEXT = 2048
+const DECODE_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128)
+const TURNS = 6
+const TURN_WORDS = 150 // about 200 tokens with the Llama-2 vocabulary
+const TURN_ANSWER_TOKENS = 48
+const LONG_PROMPT_WORDS = 1100 // about 1,500 tokens
+const TARGETS = ['llama-server', 'meshnode', 'direct'] as const
+type TargetName = typeof TARGETS[number]
+type Message = { role: 'system' | 'user' | 'assistant', content: string }
+
+interface Target {
+  name: TargetName
+  pid: number
+  /** Runs `streams` identical generations at once; results in stream order. */
+  generate: (messages: Message[], maxTokens: number, streams: number) => Promise<ChatStreamResult[]>
+  close: () => void
+}
+
+interface RoundResult { decode1: number, decode4: number, longTtftMs: number, chatTtftMs: number[], chatCached: Array<number | null> }
+
+const children = new Set<ChildProcess>()
+process.on('exit', () => { for (const child of children) child.kill('SIGKILL') })
+
+function median (values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2
+}
+
+async function freePort (): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const address = server.address()
+  await new Promise<void>((resolve) => server.close(() => { resolve() }))
+  if (address == null || typeof address === 'string') throw new Error('no port')
+  return address.port
+}
+
+function memory (pid: number): { rssMB: number, peakMB: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const kb = (key: string): number => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN)
+  return { rssMB: Math.round(kb('VmRSS') / 1024), peakMB: Math.round(kb('VmHWM') / 1024) }
+}
+
+function track (child: ChildProcess, name: string): void {
+  children.add(child)
+  child.once('exit', (code, signal) => {
+    children.delete(child)
+    if (code !== 0 && signal !== 'SIGTERM') console.error(`${name} exited (${code ?? signal})`)
+  })
+}
+
+/** Deterministic filler text: `words` words from a small English list, different for every `seed`. */
+function text (words: number, seed: number): string {
+  const list = ('the of and to in is you that it he was for on are as with his they at be this have from or one had by ' +
+    'word but not what all were we when your can said there use an each which she do how their if will up other about ' +
+    'out many then them these so some her would make like him into time has look two more write go see number no way ' +
+    'could people my than first water been call who oil its now find long down day did get come made may part').split(' ')
+  let state = seed * 2654435761 >>> 0
+  const out: string[] = []
+  for (let i = 0; i < words; i++) {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0
+    out.push(list[state % list.length])
+  }
+  return out.join(' ')
+}
+
+function httpTarget (name: TargetName, url: string, pid: number, child: ChildProcess): Target {
+  return {
+    name,
+    pid,
+    generate: async (messages, maxTokens, streams) => {
+      const body = { model: 'bench', messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }
+      const started = performance.now()
+      return await Promise.all(Array.from({ length: streams }, async () =>
+        await streamChat(`${url}/v1/chat/completions`, body, { started, collectText: streams === 1 })))
+    },
+    close: () => { child.kill('SIGTERM') }
+  }
+}
+
+async function waitForHealth (url: string, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + 120_000
+  while (Date.now() < deadline) {
+    if (child.exitCode != null) throw new Error(`${url}: the server exited (${child.exitCode})`)
+    const ok = await fetch(`${url}/health`).then((res) => res.ok, () => false)
+    if (ok) return
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  throw new Error(`${url} did not become healthy`)
+}
+
+async function startLlamaServer (binary: string, model: string): Promise<Target> {
+  const port = await freePort()
+  const child = spawn(binary, [
+    '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1', '-tb', '1',
+    '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '--no-webui', '--log-disable'
+  ], { stdio: ['ignore', 'ignore', 'pipe'] })
+  track(child, 'llama-server')
+  let log = ''
+  child.stderr?.on('data', (chunk: Buffer) => { log = (log + chunk.toString()).slice(-4000) })
+  const url = `http://127.0.0.1:${port}`
+  try {
+    await waitForHealth(url, child)
+  } catch (err) {
+    throw new Error(`${String(err)}\n${log}`)
+  }
+  return httpTarget('llama-server', url, child.pid ?? 0, child)
+}
+
+async function startMeshnode (model: string): Promise<Target> {
+  const child = spawn(process.execPath, [join(import.meta.dirname, 'meshnode-serve.ts'), model, String(SLOTS), String(SLOT_CONTEXT)],
+    { stdio: ['ignore', 'pipe', 'inherit'] })
+  track(child, 'meshnode')
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = ''
+    child.once('exit', (code) => { reject(new Error(`meshnode exited with ${code}`)) })
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString()
+      const line = out.split('\n').find((l) => l.startsWith('{"url"'))
+      if (line != null) resolve((JSON.parse(line) as { url: string }).url)
+    })
+  })
+  return httpTarget('meshnode', url, child.pid ?? 0, child)
+}
+
+async function startDirect (model: string): Promise<Target> {
+  const child = spawn(process.execPath, [join(import.meta.dirname, 'direct-engine.ts'), model, String(SLOTS), String(SLOT_CONTEXT)],
+    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  track(child, 'direct')
+  await new Promise<void>((resolve, reject) => {
+    child.once('exit', (code) => { reject(new Error(`direct engine exited with ${code}`)) })
+    child.once('message', () => { resolve() })
+  })
+  return {
+    name: 'direct',
+    pid: child.pid ?? 0,
+    generate: async (messages, maxTokens, streams) => {
+      const job: DirectJob = { op: 'generate', messages, maxTokens, streams, keepHistory: true }
+      child.send(job)
+      const answer = await new Promise<{ results?: DirectResult[], error?: string }>((resolve) => child.once('message', resolve))
+      if (answer.results == null) throw new Error(`direct engine: ${answer.error}`)
+      return answer.results.map((r) => ({ ...r, cachedTokens: null }))
+    },
+    close: () => { child.kill('SIGTERM') }
+  }
+}
+
+/** One round of every measurement on one target. `seed` makes the long prompt and the chat unlike any before. */
+async function round (target: Target, seed: number): Promise<RoundResult> {
+  const prompt: Message[] = [{ role: 'user', content: 'Once upon a time, in a small village by the sea, there lived a fisherman who' }]
+  const [one] = await target.generate(prompt, DECODE_TOKENS, 1)
+  const decode1 = (one.tokens - 1) / ((one.lastMs - one.ttftMs) / 1000)
+  const four = await target.generate(prompt, DECODE_TOKENS, 4)
+  const decode4 = four.reduce((sum, r) => sum + r.tokens, 0) / (Math.max(...four.map((r) => r.endMs)) / 1000)
+  const [long] = await target.generate([{ role: 'user', content: `${seed} ${text(LONG_PROMPT_WORDS, seed)}` }], 1, 1)
+  const history: Message[] = [{ role: 'system', content: `Conversation ${seed}. You are a helpful assistant.` }]
+  const chatTtftMs: number[] = []
+  const chatCached: Array<number | null> = []
+  for (let turn = 0; turn < TURNS; turn++) {
+    history.push({ role: 'user', content: text(TURN_WORDS, seed * 100 + turn) })
+    const [answer] = await target.generate(history, TURN_ANSWER_TOKENS, 1)
+    chatTtftMs.push(answer.ttftMs)
+    chatCached.push(answer.cachedTokens)
+    history.push({ role: 'assistant', content: answer.text })
+  }
+  return { decode1, decode4, longTtftMs: long.ttftMs, chatTtftMs, chatCached }
+}
+
+async function benchModel (name: string, model: string, llamaServer: string): Promise<string[]> {
+  // Started one after another so each load has the machine to itself; all stay up, and only one works at a time.
+  const targets = [await startLlamaServer(llamaServer, model), await startMeshnode(model), await startDirect(model)]
+  const loaded = Object.fromEntries(targets.map((t) => [t.name, memory(t.pid).rssMB])) as Record<TargetName, number>
+  const results = new Map<TargetName, RoundResult[]>(TARGETS.map((t) => [t, []]))
+  try {
+    for (const target of targets) await round(target, 1) // warm-up: first allocations, JIT, page cache
+    for (let r = 0; r < ROUNDS; r++) {
+      // Rotate the order every round, so drift in the machine's load falls on every target alike.
+      for (let i = 0; i < targets.length; i++) {
+        const target = targets[(r + i) % targets.length]
+        const result = await round(target, 1000 + r)
+        results.get(target.name)?.push(result)
+        console.error(`${name} round ${r + 1}/${ROUNDS} ${target.name}: decode1 ${result.decode1.toFixed(1)} decode4 ${result.decode4.toFixed(1)} ` +
+          `long ${result.longTtftMs.toFixed(0)} ms, chat ${result.chatTtftMs.map((t) => t.toFixed(0)).join('/')} ms, cached ${result.chatCached.join('/')}`)
+      }
+    }
+  } finally {
+    for (const target of targets) target.close()
+  }
+  const peak = Object.fromEntries(targets.map((t) => [t.name, memory(t.pid).peakMB])) as Record<TargetName, number>
+  const m = (target: TargetName, pick: (r: RoundResult) => number): number => median((results.get(target) ?? []).map(pick))
+  const rows: string[] = []
+  const measures: Array<[string, (r: RoundResult) => number, number]> = [
+    ['1 stream, decode tok/s', (r) => r.decode1, 1],
+    ['4 streams, aggregate tok/s', (r) => r.decode4, 1],
+    [`long prompt (~1,500 tokens) TTFT ms`, (r) => r.longTtftMs, 0],
+    ['6-turn chat, turn 2 TTFT ms', (r) => r.chatTtftMs[1], 0],
+    ['6-turn chat, turn 6 TTFT ms', (r) => r.chatTtftMs[TURNS - 1], 0]
+  ]
+  for (const [label, pick, digits] of measures) {
+    const [server, mesh, direct] = TARGETS.map((t) => m(t, pick))
+    rows.push(`| ${name} | ${label} | ${server.toFixed(digits)} | ${direct.toFixed(digits)} | ${mesh.toFixed(digits)} | ${(mesh / server).toFixed(2)} | ${(mesh / direct).toFixed(2)} |`)
+  }
+  rows.push(`| ${name} | RSS after load MB | ${loaded['llama-server']} | ${loaded.direct} | ${loaded.meshnode} | ${(loaded.meshnode - loaded['llama-server']).toFixed(0)} MB more | |`)
+  rows.push(`| ${name} | peak RSS MB | ${peak['llama-server']} | ${peak.direct} | ${peak.meshnode} | ${(peak.meshnode - peak['llama-server']).toFixed(0)} MB more | |`)
+  const cached = (target: TargetName): string => (results.get(target)?.[0]?.chatCached ?? []).map((c) => c ?? '-').join('/')
+  console.error(`${name}: cached tokens per turn, llama-server ${cached('llama-server')}, meshnode ${cached('meshnode')}`)
+
+  const ratio = (target: TargetName, pick: (r: RoundResult) => number): number => m('meshnode', pick) / m(target, pick)
+  const verdict = (ok: boolean): string => ok ? 'met' : 'NOT met'
+  const turn6 = ratio('llama-server', (r) => r.chatTtftMs[TURNS - 1])
+  const agg = ratio('llama-server', (r) => r.decode4)
+  const vsDirect = ratio('direct', (r) => r.decode1)
+  const vsServer = ratio('llama-server', (r) => r.decode1)
+  console.log(`\n${name}: turn-6 TTFT ${turn6.toFixed(2)}x llama-server (<= 1.1: ${verdict(turn6 <= 1.1)}); ` +
+    `4-stream ${agg.toFixed(2)}x (>= 0.95: ${verdict(agg >= 0.95)}); 1-stream ${vsDirect.toFixed(2)}x direct (>= 0.95: ${verdict(vsDirect >= 0.95)}), ` +
+    `${vsServer.toFixed(2)}x llama-server (>= 0.9: ${verdict(vsServer >= 0.9)}); peak RSS +${peak.meshnode - peak['llama-server']} MB (<= 100: ${verdict(peak.meshnode - peak['llama-server'] <= 100)})`)
+  return rows
+}
+
+const llamaServer = await ensureLlamaServer()
+const shared = join(import.meta.dirname, '..', '..', 'shared', 'models')
+const small = join(shared, 'random-llama-24M-q8_0.gguf')
+const models: Array<[string, string]> = [
+  ['random 24M', small],
+  ['random 135M shape', await ensureRandom135M(join(BENCH_CACHE, 'random-llama-135M-shape-q8_0.gguf'), small)]
+]
+const only = process.env.BENCH_MODELS
+const rows: string[] = []
+for (const [name, path] of models) {
+  if (only != null && !only.split(',').some((m) => name.includes(m))) continue
+  rows.push(...await benchModel(name, path, llamaServer))
+}
+console.log(`\n${ROUNDS} interleaved rounds (medians), 1 thread, ${SLOTS} slots of ${SLOT_CONTEXT} tokens, greedy, ` +
+  `${DECODE_TOKENS} tokens decoded, chat turns of ~${TURN_WORDS} words + ${TURN_ANSWER_TOKENS}-token answers\n`)
+console.log('| model | measure | llama-server | node-llama-cpp direct | meshnode HTTP | meshnode / llama-server | meshnode / direct |')
+console.log('|---|---|---:|---:|---:|---:|---:|')
+for (const row of rows) console.log(row)
+process.exit(0) // the client's keep-alive sockets would otherwise hold the process open

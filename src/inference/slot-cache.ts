@@ -1,0 +1,84 @@
+import { randomUUID } from 'node:crypto'
+import type { LlamaContextSequence, Token } from 'node-llama-cpp'
+
+/**
+ * Who a generation runs for, the unit within which slots share evaluated prompts: `local` (the node's owner), `key:<id>`
+ * (one API key), `peer:<nodeID>` (one peer), `ptn:<ptnID>` (the members of one private trusted network). Between
+ * requesters a slot is cleared before reuse, so no request sees another's tokens, nor learns by its speed whether
+ * someone else sent the same prompt.
+ */
+export type Requester = string
+
+/** A slot's prompt-cache state, kept beside its context sequence. */
+export interface CachedSlot {
+  readonly sequence: Pick<LlamaContextSequence, 'compareContextTokens' | 'nextTokenIndex' | 'clearHistory'>
+  /** Whose tokens the sequence holds; null when nobody's: empty, or left by a failed or aborted generation. */
+  owner: Requester | null
+  /** When the slot was last handed out (`performance.now()`), for least-recently-used eviction. */
+  lastUsed: number
+}
+
+/** A requester no other request shares: what a caller that names none gets, so its cache is never reused. */
+export function anonymousRequester (): Requester {
+  return `anonymous:${randomUUID()}`
+}
+
+/** How many of `tokens` a slot's sequence already holds; at least one token is always evaluated (for its logits). */
+function reusable (slot: CachedSlot, tokens: readonly Token[]): number {
+  return Math.min(slot.sequence.compareContextTokens(tokens as Token[]).firstDifferentIndex, tokens.length - 1)
+}
+
+/**
+ * A requester's slot is taken for a prompt that shares at least this part of the slot's tokens (a conversation
+ * continuing); a prompt that shares less (another conversation with the same system prompt) goes to an empty slot if
+ * there is one, rather than cut the other conversation's cache down to their common start.
+ */
+const CONTINUES = 0.5
+
+/**
+ * Picks, among free slots, the one for a request (an index into `free`): the requester's own slot whose tokens the
+ * prompt continues, with the longest shared prefix; else an empty slot; else the requester's slot sharing the most;
+ * else the one used least recently (which `prepareSlot` then clears). Other requesters' slots are never compared with
+ * the prompt, so the choice reveals nothing of their contents.
+ */
+export function chooseSlot (free: readonly CachedSlot[], requester: Requester, tokens: readonly Token[]): number {
+  let best = -1
+  let bestShared = 0
+  for (let i = 0; i < free.length; i++) {
+    const slot = free[i]
+    if (slot.owner !== requester) continue
+    const shared = reusable(slot, tokens)
+    if (shared > bestShared || (shared === bestShared && best !== -1 && slot.lastUsed < free[best].lastUsed)) {
+      best = i
+      bestShared = shared
+    }
+  }
+  if (best !== -1 && bestShared >= CONTINUES * free[best].sequence.nextTokenIndex) return best
+  const empty = free.findIndex((slot) => slot.sequence.nextTokenIndex === 0)
+  if (empty !== -1) return empty
+  if (best !== -1) return best
+  let oldest = 0
+  for (let i = 1; i < free.length; i++) if (free[i].lastUsed < free[oldest].lastUsed) oldest = i
+  return oldest
+}
+
+/**
+ * Makes a slot the requester's before its generation: a slot holding someone else's tokens (or a failed
+ * generation's) is cleared. Returns how many prompt tokens the generation will reuse rather than evaluate; node-llama-
+ * cpp's LlamaChat trims the sequence to that shared prefix itself.
+ */
+export async function prepareSlot (slot: CachedSlot, requester: Requester, tokens: readonly Token[]): Promise<number> {
+  slot.lastUsed = performance.now()
+  if (slot.owner !== requester) {
+    slot.owner = null // a clear that fails leaves the slot nobody's, so it is cleared again before the next use
+    if (slot.sequence.nextTokenIndex > 0) await slot.sequence.clearHistory()
+    slot.owner = requester
+    return 0
+  }
+  return reusable(slot, tokens)
+}
+
+/** After a failed or aborted generation the sequence may be mid-state (a sample refused, a batch cut): trust nothing. */
+export function forgetSlot (slot: CachedSlot): void {
+  slot.owner = null
+}

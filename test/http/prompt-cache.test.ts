@@ -1,0 +1,49 @@
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import OpenAI from 'openai'
+import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
+import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+
+// Issue 13's acceptance, through the API as clients see it: the next turn of a conversation reports the tokens it
+// reused in usage.prompt_tokens_details.cached_tokens, and a request made with another API key never reuses them.
+
+test('a multi-turn conversation reuses its prefix within one API key and never across keys', async (t) => {
+  const { node, api, openai: local } = await startChatNode(t, { slots: 1 })
+  const system: ChatCompletionMessageParam = { role: 'system', content: 'You are a helpful model.' }
+  const turn1Messages: ChatCompletionMessageParam[] = [system, { role: 'user', content: 'hello there, how are you?' }]
+
+  // Network access off: every loopback client is the machine's owner, one requester.
+  const owner1 = await local.chat.completions.create({ model: TINY_MODEL_ID, messages: turn1Messages, max_tokens: 6, temperature: 0 })
+  assert.deepEqual(owner1.usage?.prompt_tokens_details, { cached_tokens: 0 })
+  const owner2 = await local.chat.completions.create({ model: TINY_MODEL_ID, messages: turn1Messages, max_tokens: 6, temperature: 0 })
+  assert.equal(owner2.usage?.prompt_tokens_details?.cached_tokens, (owner2.usage?.prompt_tokens ?? 0) - 1)
+
+  const keys: string[] = []
+  for (const name of ['alice', 'bob']) keys.push((await api.post('/v1/app/apikeys', { name })).body.key as string)
+  assert.equal((await api.patch('/v1/app/settings', { allow_network_access: true })).status, 200)
+  const [alice, bob] = keys.map((key) => new OpenAI({ baseURL: `${node.url}/v1`, apiKey: key, maxRetries: 0, timeout: 60_000 }))
+
+  const turn1 = await alice.chat.completions.create({ model: TINY_MODEL_ID, messages: turn1Messages, max_tokens: 6, temperature: 0 })
+  assert.equal(turn1.usage?.prompt_tokens_details?.cached_tokens, 0, 'the owner\'s cache is not alice\'s')
+  const turn2Messages: ChatCompletionMessageParam[] = [...turn1Messages,
+    { role: 'assistant', content: turn1.choices[0].message.content }, { role: 'user', content: 'and then what?' }]
+
+  // Streamed, the usage chunk carries the same details.
+  const stream = await alice.chat.completions.create({
+    model: TINY_MODEL_ID, messages: turn2Messages, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true }
+  })
+  let usage: OpenAI.CompletionUsage | undefined
+  for await (const chunk of stream) usage = chunk.usage ?? usage
+  const p1 = turn1.usage?.prompt_tokens ?? 0
+  const cached = usage?.prompt_tokens_details?.cached_tokens ?? -1
+  assert.ok(cached >= p1 && cached <= p1 + (turn1.usage?.completion_tokens ?? 0) - 1, `turn 2 reused ${cached}; turn 1's prompt is ${p1} tokens`)
+  assert.ok(cached < (usage?.prompt_tokens ?? 0))
+
+  // Bob sends alice's very conversation: nothing of hers is reused (her slot is cleared for him), and then nothing of
+  // his for her.
+  const bobs = await bob.chat.completions.create({ model: TINY_MODEL_ID, messages: turn2Messages, max_tokens: 6, temperature: 0 })
+  assert.equal(bobs.usage?.prompt_tokens_details?.cached_tokens, 0)
+  const hers = await alice.chat.completions.create({ model: TINY_MODEL_ID, messages: turn2Messages, max_tokens: 6, temperature: 0 })
+  assert.equal(hers.usage?.prompt_tokens_details?.cached_tokens, 0)
+  assert.equal(hers.choices[0].message.content, bobs.choices[0].message.content, 'the same answer whoever evaluated the prompt')
+})
