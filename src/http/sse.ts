@@ -58,6 +58,62 @@ export function writeSseData (raw: ServerResponse, data: unknown, event?: string
   return raw.write(`${event == null ? '' : `event: ${event}\n`}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
 }
 
+/**
+ * Events to one SSE client, written in as few socket writes as the event loop allows: what is sent during one turn
+ * goes out in one write at the next (setImmediate). For a token stream this is the difference between a system call
+ * on the path from one decode to the next and one made while llama.cpp computes the next token (the engine queues
+ * its next decode within the same turn it hands out a token). While the socket is full (`write` said no) events
+ * wait for its 'drain'; the generation never waits for the client.
+ */
+export class SseStream {
+  readonly #raw: ServerResponse
+  #pending = ''
+  #scheduled = false
+  #full = false
+
+  constructor (raw: ServerResponse) {
+    this.#raw = raw
+    raw.on('drain', () => {
+      this.#full = false
+      this.#flush()
+    })
+  }
+
+  /** One `data:` event (optionally named). JSON.stringify escapes newlines, so one line always suffices. */
+  data (data: unknown, event?: string): void {
+    this.#queue(`${event == null ? '' : `event: ${event}\n`}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+  }
+
+  comment (text: string): void {
+    this.#queue(`: ${text}\n\n`)
+  }
+
+  /** Writes what is pending and `last`, and ends the response. */
+  end (last = ''): void {
+    if (this.#raw.writableEnded || this.#raw.destroyed) return
+    const text = this.#pending + last
+    this.#pending = ''
+    this.#raw.end(text)
+  }
+
+  #queue (event: string): void {
+    this.#pending += event
+    if (this.#scheduled || this.#full) return
+    this.#scheduled = true
+    setImmediate(() => {
+      this.#scheduled = false
+      this.#flush()
+    })
+  }
+
+  #flush (): void {
+    if (this.#pending === '' || this.#full || this.#raw.writableEnded || this.#raw.destroyed) return
+    const text = this.#pending
+    this.#pending = ''
+    this.#full = !this.#raw.write(text)
+  }
+}
+
 export function writeSseComment (raw: ServerResponse, text = 'keep-alive'): void {
   if (!raw.writableEnded && !raw.destroyed) raw.write(`: ${text}\n\n`)
 }

@@ -7,7 +7,7 @@ import { toEnvelope } from '../errors.ts'
 import { ChatCompletion, ChatCompletionRequest, ModelList, type ChatCompletionChunk } from '../schemas/openai.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { requesterOf } from '../guards.ts'
-import { clientGone, keepAlive, startSse, writeSseComment, writeSseData } from '../sse.ts'
+import { clientGone, keepAlive, SseStream, startSse } from '../sse.ts'
 
 /**
  * How long a streaming request may wait for its first event before we commit to a 200 stream. Failures that come
@@ -92,7 +92,8 @@ export const chatRoutes: FastifyPluginAsyncZod<ChatRoutesOptions> = async (app, 
 async function streamCompletion (reply: FastifyReply, generation: RoutedGeneration, first: Promise<IteratorResult<ChatEvent>>,
   context: { id: string, created: number, model: string, includeUsage: boolean, signal: AbortSignal }): Promise<void> {
   const raw = startSse(reply, { 'x-served-by': generation.servedBy })
-  writeSseComment(raw, 'stream opened')
+  const out = new SseStream(raw) // one socket write per event-loop turn, not one per token
+  out.comment('stream opened')
   const stopKeepAlive = keepAlive(raw)
   const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finishReason: 'stop' | 'length' | null): ChatCompletionChunk => ({
     id: context.id,
@@ -104,25 +105,25 @@ async function streamCompletion (reply: FastifyReply, generation: RoutedGenerati
     ...(context.includeUsage ? { usage: null } : {})
   })
   try {
-    writeSseData(raw, chunk({ role: 'assistant', content: '' }, null))
+    out.data(chunk({ role: 'assistant', content: '' }, null))
     for (let next = await first; next.done !== true; next = await generation.events.next()) {
       const event = next.value
       if (event.type === 'delta') {
-        if (event.text !== '') writeSseData(raw, chunk({ content: event.text }, null))
+        if (event.text !== '') out.data(chunk({ content: event.text }, null))
         continue
       }
-      writeSseData(raw, chunk({}, event.finishReason))
+      out.data(chunk({}, event.finishReason))
       if (context.includeUsage) {
-        writeSseData(raw, { ...chunk({}, null), choices: [], usage: toUsage(event.usage) })
+        out.data({ ...chunk({}, null), choices: [], usage: toUsage(event.usage) })
       }
     }
-    raw.end('data: [DONE]\n\n')
+    out.end('data: [DONE]\n\n')
   } catch (err) {
     if (context.signal.aborted) return // the client left; generation has already stopped
     // Mid-stream failure: an OpenAI-shaped error event, then [DONE], so SDKs surface it instead of hanging.
     const envelope = toEnvelope(err, reply.request.id, reply.log)
-    writeSseData(raw, envelope.body)
-    raw.end('data: [DONE]\n\n')
+    out.data(envelope.body)
+    out.end('data: [DONE]\n\n')
   } finally {
     stopKeepAlive()
   }
