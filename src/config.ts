@@ -1,6 +1,7 @@
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import type { DemandDrivenModelsOptions } from './network/demand-driven-models.ts'
 import type { PeerNetworkOptions } from './network/peer-network.ts'
 import type { AgentServiceOptions } from './agent/index.ts'
@@ -79,5 +80,8 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     ...overrides
   }
 }
+
+/** Where `npm install` (the `prepare` script) puts the dashboard Vite built; the node serves it at `/`. */
+export const DASHBOARD_DIR: string = fileURLToPath(new URL('../dashboard/dist', import.meta.url))
 
 export const VERSION: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version

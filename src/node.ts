@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { mkdirSync } from 'node:fs'
 import { isAbsolute, join } from 'node:path'
 import type { Logger } from 'pino'
-import { ADMIN_TOKEN_FILE, VERSION, type NodeConfig } from './config.ts'
+import { ADMIN_TOKEN_FILE, DASHBOARD_DIR, VERSION, type NodeConfig } from './config.ts'
 import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
@@ -160,8 +160,10 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       models,
       onServed: (modelID) => { models.touch(modelID) },
       wallet: { wallet, solana },
+      events: { ledger, network },
       ptn,
       agent,
+      dashboardDir: DASHBOARD_DIR,
       health: () => ({ status: 'ok', version: VERSION, nodeID: identity.nodeID, uptimeSeconds: uptimeSeconds() }),
       snapshot: () => ({
         node: { nodeID: identity.nodeID, name, version: VERSION, port, uptimeSeconds: uptimeSeconds() },

@@ -14,6 +14,8 @@ import { registerScopeGuard } from './scopes.ts'
 import { registerStreamRevocation } from './open-streams.ts'
 import { apiKeyRoutes } from './routes/apikeys.ts'
 import { sessionRoutes } from './routes/session.ts'
+import { dashboardRoutes } from './routes/dashboard.ts'
+import { eventsRoutes, type EventsRoutesOptions } from './routes/events.ts'
 import { appStateRoutes } from './routes/app-state.ts'
 import { chatRoutes } from './routes/chat.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -53,6 +55,10 @@ export interface HttpDeps {
   models?: ModelStore
   /** This node's agent: profile, directory, conversations; absent only where a test builds the app without a node. */
   agent?: AgentService
+  /** Wallet and peer sources of GET /v1/app/events; absent only where a test builds the app without a node. */
+  events?: Pick<EventsRoutesOptions, 'ledger' | 'network'>
+  /** The dashboard's build output, served at `/`; absent only where a test builds the app without a node. */
+  dashboardDir?: string
 }
 
 export interface HttpOptions extends GuardOptions {
@@ -116,8 +122,12 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })
   if (deps.wallet != null) await app.register(walletRoutes, deps.wallet)
   if (deps.ptn != null) await app.register(ptnRoutes, { ptn: deps.ptn })
-  if (deps.models != null) await app.register(modelRoutes, { models: deps.models })
+  if (deps.models != null) {
+    await app.register(modelRoutes, { models: deps.models })
+    await app.register(eventsRoutes, { models: deps.models, settings: deps.settings, ...deps.events })
+  }
   if (deps.agent != null) await app.register(agentRoutes, { agent: deps.agent })
+  if (deps.dashboardDir != null) await app.register(dashboardRoutes, { dir: deps.dashboardDir })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
 }

@@ -1,5 +1,5 @@
 export { Ledger, GRANT_MICRO, MICRO_PER_CREDIT, formatCredits } from './ledger.ts'
-export type { WalletTransaction, WalletTotals, TransactionType, OutgoingTransfer, ReceiveResult } from './ledger.ts'
+export type { WalletTransaction, WalletTotals, TransactionType, OutgoingTransfer, ReceiveResult, LedgerEvents } from './ledger.ts'
 export { Wallet, DEFAULT_HOLD_TOKENS } from './wallet.ts'
 export type { WalletDeps, WalletOptions, WalletNetwork, SendRequest, SendResult, InferencePayment, CreditHold, InferenceCharge, InferenceChargeRequest } from './wallet.ts'
 export { TransferOutbox } from './outbox.ts'

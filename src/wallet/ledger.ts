@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { EventEmitter } from 'node:events'
 import type { StatementSync } from 'node:sqlite'
 import { InsufficientCreditsError } from '../errors.ts'
 import { inTransaction, type Database } from '../store/index.ts'
@@ -50,6 +51,11 @@ export interface TransferRecord {
   envelope: string
 }
 
+/** What the ledger tells listeners once a transaction is committed (the dashboard's live balance). */
+export interface LedgerEvents {
+  transaction: [transaction: WalletTransaction, balanceMicro: number]
+}
+
 /**
  * - `applied`: credited now; `duplicate`: credited before, nothing changed
  * - `conflict`: the id is known with other content (or is one of our own outgoing ids): refused
@@ -64,6 +70,8 @@ export type ReceiveResult = 'applied' | 'duplicate' | 'conflict' | 'over_limit'
  * log is append-only: nothing here updates or deletes a transaction.
  */
 export class Ledger {
+  /** Emitted after commit, never inside a transaction; listeners must not throw. */
+  readonly events = new EventEmitter<LedgerEvents>()
   readonly #db: Database
   readonly #balance: StatementSync
   readonly #debit: StatementSync
@@ -100,7 +108,7 @@ export class Ledger {
         COUNT(*) AS count
       FROM wallet_transactions`)
     this.#pendingCount = db.prepare("SELECT COUNT(*) AS count FROM wallet_transfers WHERE state = 'pending'")
-    this.#list = db.prepare('SELECT id, type, amount_micro, peer_id, memo, timestamp FROM wallet_transactions ORDER BY seq DESC LIMIT ?')
+    this.#list = db.prepare('SELECT id, type, amount_micro, peer_id, memo, timestamp FROM wallet_transactions ORDER BY seq DESC LIMIT ? OFFSET ?')
     this.#due = db.prepare(`SELECT id, peer_id, amount_micro, envelope, attempts FROM wallet_transfers
       WHERE state = 'pending' AND next_attempt_ms <= ? AND (? IS NULL OR peer_id = ?) ORDER BY next_attempt_ms, rowid LIMIT ?`)
     this.#nextAttempt = db.prepare("SELECT MIN(next_attempt_ms) AS next FROM wallet_transfers WHERE state = 'pending'")
@@ -126,9 +134,9 @@ export class Ledger {
     }
   }
 
-  /** Newest first. */
-  transactions (limit: number): WalletTransaction[] {
-    const rows = this.#list.all(limit) as Array<{ id: string, type: TransactionType, amount_micro: number, peer_id: string | null, memo: string, timestamp: string }>
+  /** Newest first, skipping the `offset` newest (a page of the list). */
+  transactions (limit: number, offset = 0): WalletTransaction[] {
+    const rows = this.#list.all(limit, offset) as Array<{ id: string, type: TransactionType, amount_micro: number, peer_id: string | null, memo: string, timestamp: string }>
     return rows.map((row) => ({ id: row.id, type: row.type, amountMicro: row.amount_micro, peerID: row.peer_id, memo: row.memo, timestamp: row.timestamp }))
   }
 
@@ -139,7 +147,7 @@ export class Ledger {
    */
   send (transfer: TransferRecord, options: { heldMicro?: number } = {}): { balanceMicro: number, transaction: WalletTransaction } {
     const held = options.heldMicro ?? 0
-    return inTransaction(this.#db, () => {
+    const result = inTransaction(this.#db, () => {
       if (this.#debit.run(transfer.amountMicro, transfer.amountMicro, held).changes === 0) {
         const balance = this.balanceMicro()
         throw new InsufficientCreditsError(`Insufficient credits: need ${formatCredits(transfer.amountMicro)}, have ${formatCredits(Math.max(0, balance - held))}` +
@@ -149,6 +157,8 @@ export class Ledger {
       const transaction = this.#append(transfer.id, 'spend', transfer.amountMicro, transfer.peerID, transfer.memo, transfer.createdAt)
       return { balanceMicro: this.balanceMicro(), transaction }
     })
+    this.events.emit('transaction', result.transaction, result.balanceMicro)
+    return result
   }
 
   /**
@@ -157,17 +167,18 @@ export class Ledger {
    * outgoing ids, a `conflict` (refused). Committed before it returns, so an acknowledgement never precedes it.
    */
   receive (transfer: TransferRecord): ReceiveResult {
-    return inTransaction(this.#db, () => {
+    const { result, transaction } = inTransaction(this.#db, (): { result: ReceiveResult, transaction?: WalletTransaction } => {
       const seen = this.#findTransfer.get(transfer.id) as { direction: string, peer_id: string, envelope: string } | undefined
       if (seen != null) {
-        return seen.direction === 'incoming' && seen.peer_id === transfer.peerID && sameTransfer(seen.envelope, transfer.envelope) ? 'duplicate' : 'conflict'
+        return { result: seen.direction === 'incoming' && seen.peer_id === transfer.peerID && sameTransfer(seen.envelope, transfer.envelope) ? 'duplicate' : 'conflict' }
       }
-      if (this.#credit.run(transfer.amountMicro, transfer.amountMicro, MAX_BALANCE_MICRO).changes === 0) return 'over_limit'
+      if (this.#credit.run(transfer.amountMicro, transfer.amountMicro, MAX_BALANCE_MICRO).changes === 0) return { result: 'over_limit' }
       const now = new Date().toISOString()
       this.#insertTransfer.run(transfer.id, 'incoming', transfer.peerID, transfer.amountMicro, transfer.envelope, 'received', now)
-      this.#append(transfer.id, 'earn', transfer.amountMicro, transfer.peerID, transfer.memo, now)
-      return 'applied'
+      return { result: 'applied', transaction: this.#append(transfer.id, 'earn', transfer.amountMicro, transfer.peerID, transfer.memo, now) }
     })
+    if (transaction != null) this.events.emit('transaction', transaction, this.balanceMicro())
+    return result
   }
 
   /** Outgoing transfers due for (re)delivery at `nowMs`, oldest first; of one peer when `peerID` is given. */

@@ -141,10 +141,11 @@ export class Wallet {
     return this.#ledger.totals()
   }
 
-  /** Newest first; `limit` 1 to 500 (CONTRACT §8). */
-  transactions (limit: number): WalletTransaction[] {
+  /** Newest first; `limit` 1 to 500 (CONTRACT §8), after skipping the `offset` newest (pages, an addition). */
+  transactions (limit: number, offset = 0): WalletTransaction[] {
     if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new InvalidInputError(`limit must be an integer from 1 to 500, not ${limit}`, 'limit')
-    return this.#ledger.transactions(limit)
+    if (!Number.isSafeInteger(offset) || offset < 0) throw new InvalidInputError(`offset must be a whole number from 0, not ${offset}`, 'offset')
+    return this.#ledger.transactions(limit, offset)
   }
 
   /**

@@ -12,6 +12,8 @@ export interface FakeHubOptions {
   token?: string | null
   /** Whether /resolve/ answers LFS files with a 302 to the CDN, as the real hub does. Default true. */
   redirectLfs?: boolean
+  /** Serves file bytes no faster than this, in slices ten times a second, as a slow link would (a UI test sees progress). */
+  bytesPerSecond?: number | null
 }
 
 export interface FakeHubRequest {
@@ -63,7 +65,7 @@ type BodyFault =
 interface StatusFault { status: number, retryAfterSeconds: number | null }
 
 export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeHub> {
-  const { token = null, redirectLfs = true } = options
+  const { token = null, redirectLfs = true, bytesPerSecond = null } = options
   const repos = new Map<string, Map<string, StoredFile>>()
   const blobs = new Map<string, StoredFile>() // by sha256, as the CDN addresses them
   const requests: FakeHubRequest[] = []
@@ -186,7 +188,8 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
       return
     }
     if (fault == null || fault.kind === 'ignore-range') {
-      res.end(body)
+      if (bytesPerSecond == null) res.end(body)
+      else pace(res, body, bytesPerSecond)
     } else if (fault.kind === 'corrupt') {
       const flipped = Buffer.from(body)
       if (flipped.length > 0) flipped[0] ^= 0xff
@@ -234,6 +237,27 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
       await Promise.all([stop(hub), stop(cdn)])
     }
   }
+}
+
+/** Writes `body` a tenth of `bytesPerSecond` at a time, every 100 ms, until done or the client hangs up. */
+function pace (res: ServerResponse, body: Buffer, bytesPerSecond: number): void {
+  const slice = Math.max(1, Math.floor(bytesPerSecond / 10))
+  let sent = 0
+  const timer = setInterval(() => {
+    if (res.destroyed) {
+      clearInterval(timer)
+      return
+    }
+    const next = body.subarray(sent, sent + slice)
+    sent += next.length
+    if (sent >= body.length) {
+      clearInterval(timer)
+      res.end(next)
+    } else {
+      res.write(next)
+    }
+  }, 100)
+  res.once('close', () => { clearInterval(timer) })
 }
 
 /** `bytes=N-` or `bytes=N-M`, as the hub and its CDN honour them; null means the whole file. */

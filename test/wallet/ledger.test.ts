@@ -133,11 +133,18 @@ test('the outbox: acknowledged transfers leave it, deferred ones wait for their 
   assert.equal(ledger.totals().pendingTransfers, 1)
 })
 
-test('transactions list newest first, with the requested limit', async (t) => {
+test('transactions list newest first, with the requested limit, in pages by offset; each commit is an event', async (t) => {
   const { ledger } = await openLedger(t)
+  const events: Array<[string, number]> = []
+  ledger.events.on('transaction', (tx, balanceMicro) => { events.push([tx.memo, balanceMicro]) })
   for (let i = 1; i <= 5; i++) ledger.send(outgoing(i, `send ${i}`))
   assert.deepEqual(ledger.transactions(3).map((tx) => tx.memo), ['send 5', 'send 4', 'send 3'])
   assert.deepEqual(ledger.transactions(500).map((tx) => tx.type), ['spend', 'spend', 'spend', 'spend', 'spend', 'grant'])
+  assert.deepEqual(ledger.transactions(2, 2).map((tx) => tx.memo), ['send 3', 'send 2'])
+  assert.deepEqual(ledger.transactions(2, 4).map((tx) => tx.memo), ['send 1', 'welcome grant'])
+  assert.deepEqual(ledger.transactions(2, 6), [])
+  assert.deepEqual(events.map(([memo]) => memo), ['send 1', 'send 2', 'send 3', 'send 4', 'send 5'])
+  assert.equal(events.at(-1)?.[1], ledger.balanceMicro())
 })
 
 test('pricing: the documented formula, clamped, in integer micro-credits', () => {

@@ -1,12 +1,9 @@
-import type { ServerResponse } from 'node:http'
 import type { FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
-import { z } from 'zod'
-import { MODEL_EVENT_TYPES, type ModelEventMap, type ModelStore } from '../../models/index.ts'
+import type { ModelStore } from '../../models/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { ModelRecord } from '../schemas/app.ts'
 import { DownloadStarted, ImportBody, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
-import { keepAlive, startSse, writeSseComment, writeSseData } from '../sse.ts'
 
 export interface ModelRoutesOptions {
   models: ModelStore
@@ -59,39 +56,5 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
       const { modelID } = await models.unload()
       return { status: 'unloaded' as const, modelID }
     })
-  })
-
-  // Server-sent events: download progress, verification, completion and failure, loads, unloads and evictions, as
-  // `event: <type>` with the JSON `data` of docs/API.md, Models. No replay: a client that needs the current state
-  // reads GET /v1/app/models after subscribing.
-  const streams = new Set<ServerResponse>()
-  app.addHook('preClose', async () => {
-    // An open stream would keep the server from closing; ending it tells the client the node is going away
-    for (const raw of streams) raw.end()
-  })
-  app.get('/v1/app/events', {
-    schema: {
-      tags,
-      description: 'text/event-stream of model events (download.*, model.*); a comment every 15 s keeps it open',
-      produces: ['text/event-stream'], // refusals (guards) still answer in the JSON envelope
-      response: { 200: z.string().describe('text/event-stream') }
-    }
-  }, async (_request, reply) => {
-    const listeners = MODEL_EVENT_TYPES.map((type) => {
-      const listener = (data: ModelEventMap[typeof type][0]): void => { writeSseData(raw, data, type) }
-      return [type, listener] as const
-    })
-    // Subscribed before the headers go out: a client that sees the 200 and then starts a download sees its events
-    for (const [type, listener] of listeners) models.events.on(type, listener)
-    const raw = startSse(reply)
-    streams.add(raw)
-    writeSseComment(raw, 'connected')
-    const stopKeepAlive = keepAlive(raw)
-    raw.once('close', () => { // the client left, or preClose ended the stream
-      stopKeepAlive()
-      streams.delete(raw)
-      for (const [type, listener] of listeners) models.events.off(type, listener)
-    })
-    return reply
   })
 }

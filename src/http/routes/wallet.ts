@@ -1,9 +1,9 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
-import type { SolanaWallet, Wallet, WalletTransaction } from '../../wallet/index.ts'
+import type { SolanaWallet, Wallet } from '../../wallet/index.ts'
 import { ErrorEnvelope, errorResponses } from '../schemas/common.ts'
 import {
   ChainStatus, SendBody, SendResult, TransactionList, TransactionsQuery, WalletSummary, creditsToMicro, microToCredits,
-  type WalletTransaction as WalletTransactionBody
+  transactionBody
 } from '../schemas/wallet.ts'
 
 export interface WalletRoutesOptions {
@@ -28,7 +28,7 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
 
   app.get('/v1/app/wallet/transactions', {
     schema: { tags, querystring: TransactionsQuery, response: { 200: TransactionList, ...errors } }
-  }, async (request) => ({ transactions: wallet.transactions(request.query.limit).map(toBody) }))
+  }, async (request) => ({ transactions: wallet.transactions(request.query.limit, request.query.offset).map(transactionBody) }))
 
   app.post('/v1/app/wallet/send', { schema: { tags, body: SendBody, response: { 200: SendResult, ...errors } } }, async (request) => {
     const { amount, peerID, memo } = request.body
@@ -44,16 +44,5 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
   // Spec §4.6 writes the on-chain path as the neutral `chain`; the bridge targets Solana, so both names answer.
   for (const url of ['/v1/app/wallet/solana', '/v1/app/wallet/chain']) {
     app.get(url, { schema: { tags, response: { 200: ChainStatus, ...errors } } }, async () => await solana.status())
-  }
-}
-
-function toBody (transaction: WalletTransaction): WalletTransactionBody {
-  return {
-    id: transaction.id,
-    type: transaction.type,
-    amount: microToCredits(transaction.amountMicro),
-    peerID: transaction.peerID,
-    memo: transaction.memo,
-    timestamp: transaction.timestamp
   }
 }

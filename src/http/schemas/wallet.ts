@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import type { WalletTransaction as LedgerTransaction } from '../../wallet/index.ts'
 import { IsoTime, SNAKE_ALIASES, queryInteger, withAliases } from './common.ts'
 
 // Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it (CONTRACT §1).
@@ -41,12 +42,25 @@ export const WalletTransaction = z.object({
 })
 export type WalletTransaction = z.infer<typeof WalletTransaction>
 
+/** A ledger transaction at the HTTP edge: credits as JSON numbers. */
+export function transactionBody (transaction: LedgerTransaction): WalletTransaction {
+  return {
+    id: transaction.id,
+    type: transaction.type,
+    amount: microToCredits(transaction.amountMicro),
+    peerID: transaction.peerID,
+    memo: transaction.memo,
+    timestamp: transaction.timestamp
+  }
+}
+
 export const TransactionList = z.object({ transactions: z.array(WalletTransaction) })
 export type TransactionList = z.infer<typeof TransactionList>
 
 /** CONTRACT §8: default 20, 1 to 500, an integer; anything else is a 400 (never clamped). */
 export const TransactionsQuery = z.object({
-  limit: queryInteger(1, 500).default(20)
+  limit: queryInteger(1, 500).default(20),
+  offset: queryInteger(0, Number.MAX_SAFE_INTEGER).default(0).describe('an addition: skip this many of the newest (pages)')
 })
 
 export const SendBody = withAliases(z.object({
