@@ -3,7 +3,7 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'stubs/**', 'data/**'] },
+  { ignores: ['node_modules/**', 'stubs/**', 'data/**', 'dashboard/dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -12,6 +12,7 @@ import { registerModels } from './commands/models.ts'
 import { registerStatus } from './commands/status.ts'
 import { registerWallet } from './commands/wallet.ts'
 import { registerAgent } from './commands/agent.ts'
+import { registerDashboard } from './commands/dashboard.ts'
 
 export function buildProgram (): Command {
   const program = new Command('meshnode')
@@ -29,6 +30,7 @@ export function buildProgram (): Command {
   registerModels(program)
   registerPtn(program)
   registerAgent(program)
+  registerDashboard(program)
   return program
 }
 

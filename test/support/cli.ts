@@ -9,11 +9,11 @@ export interface CliResult {
 }
 
 /**
- * `meshnode <args>`, with `input` on stdin when given, run in `cwd` (default this process's). MESHNODE_API_KEY is cleared so a key in the developer's
- * environment cannot change what a test sees.
+ * `meshnode <args>`, with `input` on stdin when given, run in `cwd` (default this process's), with `env` added to the
+ * environment. MESHNODE_API_KEY is cleared so a key in the developer's environment cannot change what a test sees.
  */
-export async function runCli (args: string[], options: { input?: string, cwd?: string } = {}): Promise<CliResult> {
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '' }, cwd: options.cwd })
+export async function runCli (args: string[], options: { input?: string, cwd?: string, env?: Record<string, string> } = {}): Promise<CliResult> {
+  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, MESHNODE_API_KEY: '', ...options.env }, cwd: options.cwd })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })

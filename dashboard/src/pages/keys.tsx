@@ -1,0 +1,102 @@
+// API keys: the list (masked), generate (the full key shown once, in this page's memory only), revoke.
+import type { JSX } from 'preact'
+import { useCallback, useEffect, useState } from 'preact/hooks'
+import type { ApiKeyList, ApiKeyRow, GeneratedApiKey } from '../../../src/http/schemas/apikeys.ts'
+import { get, post } from '../api.ts'
+import type { PageProps } from '../app.tsx'
+import { ConfirmDialog, Copyable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
+import { formatTime } from '../format.ts'
+import { useLanguage, useT } from '../i18n.ts'
+
+export function KeysPage (_props: PageProps): JSX.Element {
+  const t = useT()
+  const language = useLanguage()
+  const [keys, setKeys] = useState<ApiKeyRow[]>([])
+  const [name, setName] = useState('')
+  const [generated, setGenerated] = useState<GeneratedApiKey | null>(null)
+  const [revoking, setRevoking] = useState<ApiKeyRow | null>(null)
+  const [loadError, setLoadError] = useState<unknown>(null)
+  const action = useAction()
+  const reload = useCallback(() => {
+    get<ApiKeyList>('/v1/app/apikeys').then((list) => { setKeys(list.keys); setLoadError(null) }, setLoadError)
+  }, [])
+  useEffect(reload, [reload])
+
+  return (
+    <>
+      <Section title={t('keys.generate')}>
+        <form class='inline-form' onSubmit={(event) => {
+          event.preventDefault()
+          void action.run(async () => {
+            setGenerated(await post<GeneratedApiKey>('/v1/app/apikeys', { name: name.trim() }))
+            setName('')
+            reload()
+          })
+        }}>
+          <Field label={t('keys.name')} error={fieldError(action.error, 'name')}>
+            {({ id, describedBy, invalid }) => <input id={id} required maxLength={128} value={name} aria-describedby={describedBy} aria-invalid={invalid} onInput={(e) => { setName(e.currentTarget.value) }} />}
+          </Field>
+          <button type='submit' disabled={action.busy}>{t('keys.generateButton')}</button>
+        </form>
+        {generated != null && (
+          <div class='notice' role='status' data-testid='new-key'>
+            <p><strong>{t('keys.shownOnce', { name: generated.name })}</strong></p>
+            <Copyable value={generated.key} label={t('keys.copyKey')} testID='new-key-value' />
+            <div class='actions'>
+              <button type='button' class='secondary small' onClick={() => { setGenerated(null) }}>{t('keys.done')}</button>
+            </div>
+          </div>
+        )}
+      </Section>
+      <Section title={t('keys.list')}>
+        <ErrorText error={loadError ?? (fieldError(action.error, 'name') == null ? action.error : null)} />
+        {keys.length === 0
+          ? <p>{t('keys.none')}</p>
+          : (
+            <div class='table-wrap'>
+              <table data-testid='keys-table'>
+                <thead>
+                  <tr>
+                    <th scope='col'>{t('keys.name')}</th>
+                    <th scope='col'>{t('keys.key')}</th>
+                    <th scope='col'>{t('keys.created')}</th>
+                    <th scope='col'>{t('keys.lastUsed')}</th>
+                    <th scope='col'>{t('keys.status')}</th>
+                    <th scope='col'>{t('common.actions')}</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {keys.map((key) => (
+                    <tr key={key.id} data-key-id={key.id}>
+                      <th scope='row'>{key.name}</th>
+                      <td><code data-testid='key-prefix'>{key.prefix}</code></td>
+                      <td>{formatTime(key.created, language)}</td>
+                      <td>{key.lastUsed == null ? t('keys.never') : formatTime(key.lastUsed, language)}</td>
+                      <td>{key.status === 'active' ? t('keys.active') : t('keys.revoked')}</td>
+                      <td>
+                        {key.status === 'active' && (
+                          <button type='button' class='small danger' aria-label={t('keys.revokeNamed', { name: key.name })}
+                            onClick={() => { setRevoking(key) }}>{t('keys.revoke')}</button>
+                        )}
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            )}
+      </Section>
+      {revoking != null && (
+        <ConfirmDialog title={t('keys.revokeTitle', { name: revoking.name })} danger confirmLabel={t('keys.revoke')}
+          onCancel={() => { setRevoking(null) }}
+          onConfirm={() => {
+            const id = revoking.id
+            setRevoking(null)
+            void action.run(async () => { await post('/v1/app/apikeys/revoke', { id }); reload() })
+          }}>
+          <p>{t('keys.revokeBody')}</p>
+        </ConfirmDialog>
+      )}
+    </>
+  )
+}
