@@ -266,4 +266,28 @@ test('two nodes: sending credits from one dashboard changes both balances, live'
   await visit(alice.page, a, 'peers', 'Peers')
   await alice.page.locator(`tr[data-node-id="${b.nodeID}"]`).getByText('bob').waitFor()
   assert.equal(await alice.page.locator(`tr[data-node-id="${b.nodeID}"] td`).first().textContent(), 'WAN')
+
+  // A private network made in one dashboard and joined from the other with the invite code it shows
+  await visit(alice.page, a, 'ptn', 'Private networks')
+  await alice.page.getByLabel('Name').fill('crew')
+  await alice.page.getByRole('button', { name: 'Create', exact: true }).click()
+  await alice.page.getByRole('button', { name: 'Manage crew' }).click()
+  await alice.page.getByRole('button', { name: 'Create invite code' }).click()
+  const code = (await alice.page.getByTestId('invite-code').textContent()) ?? ''
+  assert.ok(code.length > 20)
+  await alice.page.getByRole('button', { name: 'Copy invite code' }).click()
+  assert.equal(await alice.page.evaluate(async () => await navigator.clipboard.readText()), code)
+  await visit(bob.page, b, 'ptn', 'Private networks')
+  await bob.page.getByLabel('Invite code').fill(code)
+  await bob.page.getByRole('button', { name: 'Join with invite' }).click()
+  await bob.page.getByText('Joined crew as provider.').waitFor()
+  await bob.page.getByRole('row', { name: /crew/ }).getByRole('cell', { name: 'active' }).waitFor()
+  assert.equal((await b.api.get('/v1/app/ptn')).body.memberships[0].name, 'crew')
+
+  // Leaving asks first; the node's answer is what the page shows
+  await bob.page.getByRole('button', { name: 'Manage crew' }).click()
+  await bob.page.getByRole('button', { name: 'Leave', exact: true }).click()
+  await bob.page.getByRole('dialog').getByRole('button', { name: 'Leave' }).click()
+  await bob.page.getByText('Left the network.').waitFor()
+  assert.equal((await b.api.get('/v1/app/ptn')).body.memberships[0].status, 'left')
 })

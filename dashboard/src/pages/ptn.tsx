@@ -89,11 +89,9 @@ function ManagePtn ({ membership, onChanged }: { membership: Membership, onChang
       try {
         await post('/v1/app/ptn/leave', { ptnID, force })
       } catch (err) {
-        // The last holder of the CA key must confirm again (docs/API.md, leave): ask, naming the consequence.
-        if (!force && err instanceof ApiError && err.status === 409) {
-          setLeaving('force')
-          throw err
-        }
+        // The last holder of the CA key must confirm again (docs/API.md, leave): ask, naming the consequence; the
+        // node's message stays on the page too.
+        if (!force && err instanceof ApiError && err.status === 409) setLeaving('force')
         throw err
       }
       setDone(t('ptn.left'))
