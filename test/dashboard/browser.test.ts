@@ -129,6 +129,30 @@ test('a download shows a moving progress bar, then downloaded; load; the chat st
   assert.equal(await page.getByRole('button', { name: 'Send' }).count(), 1)
 })
 
+test('a GGUF file on the node\'s disk is imported from the Models page; a bad path shows the node\'s message at the field', { skip, timeout: 120_000 }, async (t) => {
+  const dir = await tempDir(t, 'meshnode-import-')
+  const gguf = await writeTinyGguf(join(dir, 'My Tiny.gguf'), { seed: 3 })
+  const node = await startTestNode(t)
+  const { page } = await openPage(t, browser)
+  await visit(page, node, 'models', 'Models')
+
+  await page.getByLabel('Path of the GGUF file on the node').fill('relative/model.gguf')
+  await page.getByRole('button', { name: 'Import' }).click()
+  const expected = (await node.api.post('/v1/app/models/import', { path: 'relative/model.gguf' })).body.error
+  assert.equal(expected.param, 'path')
+  await page.getByText(expected.message).waitFor()
+  assert.equal(await page.getByLabel('Path of the GGUF file on the node').getAttribute('aria-invalid'), 'true')
+
+  await page.getByLabel('Path of the GGUF file on the node').fill(gguf.path)
+  await page.getByRole('button', { name: 'Import' }).click()
+  await page.getByText('Imported as my-tiny').waitFor()
+  const row = page.locator('tr[data-model-id="my-tiny"]')
+  await waitFor(async () => await row.getByTestId('model-status').textContent() === 'Downloaded', { what: 'the imported model listed' })
+  await row.getByRole('button', { name: /^Load / }).click()
+  await waitFor(async () => await row.getByTestId('model-status').textContent() === 'Loaded', { what: 'the imported model to load' })
+  assert.equal((await node.api.get('/v1/app')).body.model.modelID, 'my-tiny')
+})
+
 test('a new API key is shown once, then only masked; nothing lands in the page\'s storage', { skip, timeout: 120_000 }, async (t) => {
   const node = await startTestNode(t)
   const { page } = await openPage(t, browser)
