@@ -314,4 +314,18 @@ test('two nodes: sending credits from one dashboard changes both balances, live'
   await bob.page.getByRole('dialog').getByRole('button', { name: 'Leave' }).click()
   await bob.page.getByText('Left the network.').waitFor()
   assert.equal((await b.api.get('/v1/app/ptn')).body.memberships[0].status, 'left')
+
+  // Bob loads a model: Alice's chat picker offers it as bob's, and the answer says bob served it
+  const files = await tempDir(t, 'meshnode-model-')
+  const { path } = await writeTinyGguf(join(files, 'tiny.gguf'), { seed: 7 })
+  await b.node.engine.load('tiny-chat', path)
+  await visit(alice.page, a, 'chat', 'Chat')
+  const option = alice.page.getByRole('option', { name: 'tiny-chat — peer bob' })
+  await waitFor(async () => await option.count() === 1, { what: 'bob\'s model in alice\'s picker' })
+  await alice.page.getByRole('combobox', { name: 'Model' }).selectOption({ label: 'tiny-chat — peer bob' })
+  await alice.page.getByLabel('Max tokens').fill('20')
+  await alice.page.getByLabel('Message').fill('Hi bob')
+  await alice.page.getByRole('button', { name: 'Send' }).click()
+  await alice.page.getByTestId('served-by').waitFor()
+  assert.equal(await alice.page.getByTestId('served-by').textContent(), 'Answered by peer bob')
 })

@@ -18,7 +18,8 @@ export function findChromium (): string | null {
 
 /** For `test(name, { skip: NO_CHROMIUM }, ...)`: false when a Chromium is here, else the reason, printed by the runner. */
 export const NO_CHROMIUM: string | false = findChromium() == null
-  ? 'no Chromium found (looked at $MESHNODE_CHROMIUM and ' + CANDIDATES.join(', ') + '): install it with `apt-get install -y chromium` to run the dashboard browser tests'
+  ? `no Chromium found (looked at ${process.env.MESHNODE_CHROMIUM != null && process.env.MESHNODE_CHROMIUM !== '' ? `$MESHNODE_CHROMIUM=${process.env.MESHNODE_CHROMIUM}` : CANDIDATES.join(', ')}): ` +
+    'install it with `apt-get install -y chromium` (or point $MESHNODE_CHROMIUM at one) to run the dashboard browser tests'
   : false
 
 /**

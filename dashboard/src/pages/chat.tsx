@@ -43,7 +43,8 @@ export function ChatPage ({ snapshot }: PageProps): JSX.Element {
     }, setError)
   }
   useEffect(loadModels, [])
-  useLive(['model.', 'peer.online', 'peer.offline'], loadModels, loadModels)
+  // A peer's record (and so the models it serves) changes as peer.updated
+  useLive(['model.', 'peer.'], loadModels, loadModels)
   useEffect(() => () => { controller.current?.abort() }, [])
 
   const who = (servedBy: string): string => {
