@@ -126,7 +126,8 @@ async function startLlamaServer (binary: string, model: string): Promise<Target>
 }
 
 async function startMeshnode (model: string): Promise<Target> {
-  const child = spawn(process.execPath, [join(import.meta.dirname, 'meshnode-serve.ts'), model, String(SLOTS), String(SLOT_CONTEXT)],
+  // The flag bin/meshnode.js and npm start give `serve` (its young generation would otherwise keep ~60 MB).
+  const child = spawn(process.execPath, ['--max-semi-space-size=4', join(import.meta.dirname, 'meshnode-serve.ts'), model, String(SLOTS), String(SLOT_CONTEXT)],
     { stdio: ['ignore', 'pipe', 'inherit'] })
   track(child, 'meshnode')
   const url = await new Promise<string>((resolve, reject) => {
