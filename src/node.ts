@@ -7,10 +7,10 @@ import { buildHttpApp } from './http/app.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
-import { LocalEngine, LocalRouter, defaultInferenceThreads } from './inference/index.ts'
+import { LocalEngine, LocalRouter, defaultInferenceThreads, type LocalModel, type LocalModels } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
-import { ModelStore, sameModel } from './models/index.ts'
+import { ModelStore, sameModel, type ModelRecord } from './models/index.ts'
 import { DemandDrivenModels, INFER_PROTOCOL, InferService, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { AgentService } from './agent/index.ts'
@@ -78,7 +78,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
     // serve --model: a path is imported now, an id checked now, so that a wrong one fails the start; loaded once listening
     const startModel = config.model == null ? null : isAbsolute(config.model) ? (await models.import(config.model)).modelID : models.get(config.model).modelID
-    const localRouter = new LocalRouter({ engine, sameModel })
+    // Issue 12: a request for a model downloaded here loads it, once the current model's requests have finished.
+    const localRouter = new LocalRouter({ engine, sameModel, models: localModels(models) })
 
     // Started once the HTTP app is built; stopped after it has closed (requests in flight may be on peers).
     const { demand: demandOptions, ...networkOptions } = config.network ?? {}
@@ -156,6 +157,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       sessions,
       metrics,
       router,
+      tokenizer: localRouter,
+      sameModel,
       peers: { network },
       models,
       onServed: (modelID) => { models.touch(modelID) },
@@ -217,6 +220,21 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
   } catch (err) {
     await runCleanups(cleanups, log)
     throw err
+  }
+}
+
+/** The models on this node's disk, as the local router sees them. */
+function localModels (models: ModelStore): LocalModels {
+  const asLocal = (record: ModelRecord): LocalModel | null => record.status === 'available'
+    ? null
+    : { modelID: record.modelID, status: record.status, fraction: record.progress?.fraction ?? null }
+  return {
+    find: (modelID) => {
+      const record = models.list().find(m => m.status !== 'available' && sameModel(m.modelID, modelID))
+      return record == null ? null : asLocal(record)
+    },
+    loadable: () => models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(asLocal).filter(m => m != null),
+    load: async (modelID) => { await models.load(modelID, { whenIdle: true }) }
   }
 }
 

@@ -3,7 +3,7 @@ import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
 import swagger from '@fastify/swagger'
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod'
 import type { Logger } from 'pino'
-import type { ChatRouter } from '../inference/index.ts'
+import type { ChatRouter, LocalRouter } from '../inference/index.ts'
 import type { ApiKeys, Sessions } from '../keys/index.ts'
 import type { MetricsRegistry } from '../metrics/index.ts'
 import type { ModelStore } from '../models/index.ts'
@@ -18,6 +18,10 @@ import { dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes, type EventsRoutesOptions } from './routes/events.ts'
 import { appStateRoutes } from './routes/app-state.ts'
 import { chatRoutes } from './routes/chat.ts'
+import { completionRoutes } from './routes/completions.ts'
+import { embeddingRoutes } from './routes/embeddings.ts'
+import { openaiModelRoutes } from './routes/openai-models.ts'
+import { tokenRoutes } from './routes/tokens.ts'
 import { healthRoutes } from './routes/health.ts'
 import { metricsRoutes } from './routes/metrics.ts'
 import { peersRoutes, type PeersRoutesOptions } from './routes/peers.ts'
@@ -45,7 +49,11 @@ export interface HttpDeps {
   /** The peer table; absent only where a test builds the app without a node. */
   peers?: PeersRoutesOptions
   router: ChatRouter
-  /** Called after a chat request was served, with the model it named. */
+  /** Tokenize and detokenize with this node's models; absent only where a test builds the app without a node. */
+  tokenizer?: Pick<LocalRouter, 'tokenize' | 'detokenize'>
+  /** Whether two model ids name the same model (the models domain's one matcher). Default: equal strings. */
+  sameModel?: (a: string, b: string) => boolean
+  /** Called after an OpenAI request (chat, completion, embeddings) was served, with the model it named. */
   onServed?: (modelID: string) => void
   /** The wallet and its on-chain status; absent only where a test builds the app without a node. */
   wallet?: WalletRoutesOptions
@@ -119,7 +127,12 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   await app.register(sessionRoutes, { sessions: deps.sessions, keys: deps.keys, settings: deps.settings })
   await app.register(metricsRoutes, { metrics: deps.metrics })
   if (deps.peers != null) await app.register(peersRoutes, deps.peers)
+  // The OpenAI-compatible API: every route under /v1/ outside /v1/app/ (an `inference` key scope's prefix list).
+  await app.register(openaiModelRoutes, { router: deps.router, sameModel: deps.sameModel ?? ((a, b) => a === b) })
   await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })
+  await app.register(completionRoutes, { router: deps.router, onServed: deps.onServed })
+  await app.register(embeddingRoutes, { router: deps.router, onServed: deps.onServed })
+  if (deps.tokenizer != null) await app.register(tokenRoutes, { tokenizer: deps.tokenizer })
   if (deps.wallet != null) await app.register(walletRoutes, deps.wallet)
   if (deps.ptn != null) await app.register(ptnRoutes, { ptn: deps.ptn })
   if (deps.models != null) {

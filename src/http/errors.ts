@@ -4,6 +4,7 @@ import {
   AuthenticationError, BusyError, ConflictError, InsufficientCreditsError, InsufficientStorageError, InvalidInputError, NotFoundError,
   PermissionError, TooLargeError, UnavailableError
 } from '../errors.ts'
+import { InvalidGenerationRequestError } from '../inference/index.ts'
 
 /** CONTRACT §2: the one error body every failure answers with. */
 export interface ErrorEnvelope {
@@ -19,8 +20,22 @@ interface Classified {
   retryAfterSeconds?: number
 }
 
+/**
+ * The client went away before the answer was complete: an outcome, not a failure. It is logged once at info, and
+ * nothing is sent (there is nobody to send it to). Status 499, as nginx records it, for the metrics.
+ */
+export class ClientClosedError extends Error {
+  override name = 'ClientClosedError'
+  constructor (message = 'The client closed the connection before the answer was complete') {
+    super(message)
+  }
+}
+
 /** The only place that turns an error into an HTTP status and an envelope. */
 export function classify (err: unknown, requestID: string): Classified {
+  if (err instanceof ClientClosedError) return plain(499, 'client_closed_request', err.message)
+  // The engine names its fields in our camelCase; the client sent OpenAI's snake_case names (max_tokens).
+  if (err instanceof InvalidGenerationRequestError) return plain(400, 'invalid_request_error', err.message, snakeCase(err.param))
   if (err instanceof InvalidInputError) return plain(400, 'invalid_request_error', err.message, err.param)
   if (err instanceof AuthenticationError) return { ...plain(401, 'authentication_error', err.message), code: err.code }
   if (err instanceof InsufficientCreditsError) return plain(402, 'insufficient_credits', err.message)
@@ -64,6 +79,10 @@ function fromFastifyError (err: unknown): Classified | null {
   return null
 }
 
+function snakeCase (param: string | null): string | null {
+  return param?.replace(/[a-z][A-Z]/g, (pair) => `${pair[0]}_${pair[1].toLowerCase()}`) ?? null
+}
+
 function plain (status: number, type: string, message: string, param: string | null = null): Classified {
   return { status, type, message, param, code: null }
 }
@@ -73,6 +92,8 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
   const classified = classify(err, requestID)
   if (classified.status >= 500 && classified.type === 'internal_error') {
     log.error({ err, requestID }, 'request failed unexpectedly')
+  } else if (classified.status === 499) {
+    log.info({ requestID, outcome: classified.type }, 'the client closed the request before the answer was complete')
   } else {
     log.debug({ type: classified.type, message: classified.message }, 'request refused')
   }
@@ -82,6 +103,11 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
 
 export function errorHandler (err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const envelope = toEnvelope(err, request.id, request.log)
+  if (envelope.status === 499) {
+    reply.hijack()
+    reply.raw.destroy()
+    return reply
+  }
   if (envelope.retryAfterSeconds != null) void reply.header('retry-after', String(envelope.retryAfterSeconds))
   return reply.code(envelope.status).type('application/json').send(envelope.body)
 }

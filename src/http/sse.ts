@@ -1,6 +1,9 @@
-// Server-sent events over a hijacked fastify reply: the chat stream and GET /v1/app/events both speak it.
+// Server-sent events over a hijacked fastify reply: the OpenAI streams and GET /v1/app/events speak it. Writes
+// respect backpressure: a stream that can wait (a generation) waits for 'drain'; one that cannot (live events) is
+// cut once a client stops reading, so a slow reader never grows the node's memory without bound.
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
+import { ClientClosedError } from './errors.ts'
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -12,17 +15,31 @@ export const SSE_HEADERS = {
 
 /** How often a comment line is sent while nothing else is, so proxies and clients do not time the stream out. */
 export const SSE_KEEPALIVE_MS = 15_000
+/**
+ * Most bytes a stream may have queued for a client that does not read (beyond what the kernel holds). A stream that
+ * waits for 'drain' stays far below it; a live event stream whose client stops reading is cut when it is reached.
+ */
+export const MAX_SSE_BUFFERED_BYTES = 1024 * 1024
 
 /** Emitted on a stream's response when the node cuts it (`cutStream`), so the work feeding it stops too. */
 const STREAM_CUT = 'meshnode:stream-cut'
 
+/** The node ended a stream itself (its key was revoked, say): the work behind it stops; nothing more is written. */
+export class StreamCutError extends Error {
+  override name = 'StreamCutError'
+  constructor () {
+    super('stream ended by the node')
+  }
+}
+
 /**
- * A signal that fires when the client goes away before we finished answering. It watches the *response*: fastify 5's
- * `request.signal` also fires once a POST body has been read, and a hijacked reply is ours to manage (STYLE §4).
+ * A signal that fires, with ClientClosedError, when the client goes away before we finished answering. It watches
+ * the *response*: fastify 5's `request.signal` also fires once a POST body has been read, and a hijacked reply is
+ * ours to manage (STYLE §4).
  */
 export function clientGone (reply: FastifyReply): AbortSignal {
   const gone = new AbortController()
-  reply.raw.on('close', () => { if (!reply.raw.writableEnded) gone.abort(new Error('client disconnected')) })
+  reply.raw.on('close', () => { if (!reply.raw.writableEnded) gone.abort(new ClientClosedError()) })
   reply.raw.once(STREAM_CUT, (reason: Error) => { gone.abort(reason) })
   return gone.signal
 }
@@ -33,7 +50,7 @@ export function clientGone (reply: FastifyReply): AbortSignal {
  */
 export function cutStream (raw: ServerResponse, error: unknown): void {
   if (raw.writableEnded || raw.destroyed) return
-  raw.emit(STREAM_CUT, new Error('stream ended by the node'))
+  raw.emit(STREAM_CUT, new StreamCutError())
   writeSseData(raw, error, 'error')
   raw.end()
 }
@@ -52,18 +69,26 @@ export function startSse (reply: FastifyReply, headers: Record<string, string> =
   return raw
 }
 
-/** Writes one `data:` event (optionally named). JSON.stringify escapes newlines, so one line always suffices. */
+/**
+ * Writes one `data:` event (optionally named) without waiting: for live events that must not hold up their
+ * emitter. A client that has let MAX_SSE_BUFFERED_BYTES pile up is not reading; its stream is destroyed (it
+ * reconnects and re-reads the state) and false returned. JSON.stringify escapes newlines, so one line suffices.
+ */
 export function writeSseData (raw: ServerResponse, data: unknown, event?: string): boolean {
   if (raw.writableEnded || raw.destroyed) return false
-  return raw.write(`${event == null ? '' : `event: ${event}\n`}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+  if (buffered(raw) > MAX_SSE_BUFFERED_BYTES) {
+    raw.destroy(new ClientClosedError('the client stopped reading the event stream'))
+    return false
+  }
+  return raw.write(sseEvent(data, event))
 }
 
 /**
  * Events to one SSE client, written in as few socket writes as the event loop allows: what is sent during one turn
  * goes out in one write at the next (setImmediate). For a token stream this is the difference between a system call
  * on the path from one decode to the next and one made while llama.cpp computes the next token (the engine queues
- * its next decode within the same turn it hands out a token). While the socket is full (`write` said no) events
- * wait for its 'drain'; the generation never waits for the client.
+ * its next decode within the same turn it hands out a token). While the socket is full (`write` said no), a writer
+ * that can wait awaits `drained()`: a generation's events then wait in the engine's bounded queue, not here.
  */
 export class SseStream {
   readonly #raw: ServerResponse
@@ -79,13 +104,19 @@ export class SseStream {
     })
   }
 
-  /** One `data:` event (optionally named). JSON.stringify escapes newlines, so one line always suffices. */
+  /** One `data:` event (optionally named). */
   data (data: unknown, event?: string): void {
-    this.#queue(`${event == null ? '' : `event: ${event}\n`}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+    this.#queue(sseEvent(data, event))
   }
 
   comment (text: string): void {
     this.#queue(`: ${text}\n\n`)
+  }
+
+  /** Resolves at once while the socket takes more; else once it has drained. ClientClosedError once the client left. */
+  async drained (): Promise<void> {
+    if (this.#raw.writableEnded || this.#raw.destroyed) throw new ClientClosedError()
+    if (this.#full) await drained(this.#raw)
   }
 
   /** Writes what is pending and `last`, and ends the response. */
@@ -115,7 +146,8 @@ export class SseStream {
 }
 
 export function writeSseComment (raw: ServerResponse, text = 'keep-alive'): void {
-  if (!raw.writableEnded && !raw.destroyed) raw.write(`: ${text}\n\n`)
+  // A comment is only a sign of life: skipped while the socket is backed up, since data is queued anyway.
+  if (!raw.writableEnded && !raw.destroyed && !raw.writableNeedDrain) raw.write(`: ${text}\n\n`)
 }
 
 /** Sends a keep-alive comment every `SSE_KEEPALIVE_MS` until the returned function is called. */
@@ -124,4 +156,26 @@ export function keepAlive (raw: ServerResponse, everyMs = SSE_KEEPALIVE_MS): () 
   timer.unref()
   raw.once('close', () => { clearInterval(timer) })
   return () => { clearInterval(timer) }
+}
+
+function sseEvent (data: unknown, event: string | undefined): string {
+  return `${event == null ? '' : `event: ${event}\n`}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`
+}
+
+/** Bytes queued in Node for this response, in the response and in its socket. */
+function buffered (raw: ServerResponse): number {
+  return raw.writableLength + (raw.socket?.writableLength ?? 0)
+}
+
+async function drained (raw: ServerResponse): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const done = (): void => {
+      raw.off('drain', onDrain)
+      raw.off('close', onClose)
+    }
+    const onDrain = (): void => { done(); resolve() }
+    const onClose = (): void => { done(); reject(new ClientClosedError()) }
+    raw.on('drain', onDrain)
+    raw.on('close', onClose)
+  })
 }

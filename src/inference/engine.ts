@@ -1,19 +1,21 @@
-import { randomInt } from 'node:crypto'
 import { stat } from 'node:fs/promises'
 import { availableParallelism } from 'node:os'
+import type { Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp'
 import type {
-  LlamaChat,
-  ChatHistoryItem, ChatWrapper, GbnfJsonSchema, Llama, LlamaContext, LlamaContextSequence, LlamaGrammar,
-  LlamaModel, LLamaChatGenerateResponseOptions, Token
-} from 'node-llama-cpp'
+  ChatEngine, ChatEvent, ChatRequest, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent, EmbeddingRequest,
+  GenerateOptions, InferenceEvent, InferenceRequest
+} from './chat.ts'
+import { planChat } from './chat-generation.ts'
 import { SequenceOrderedBatching } from './batching.ts'
-import type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat } from './chat.ts'
 import { ChunkQueue } from './chunk-queue.ts'
-import { InvalidGenerationRequestError, ModelLoadError, NoModelLoadedError } from './errors.ts'
-import { toGrammarSchema } from './grammar-schema.ts'
+import { planCompletion } from './completion.ts'
+import { Embedder } from './embeddings.ts'
+import { ModelLoadError, ModelSwappedError, NoModelLoadedError, QueueFullError } from './errors.ts'
 import { defaultInferenceThreads, getSharedLlama, llamaModule } from './llama.ts'
+import { checkTokenIDs } from './sampling.ts'
+import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type Requester } from './slot-cache.ts'
 import { SlotPool } from './slot-pool.ts'
-import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type CachedSlot } from './slot-cache.ts'
+import type { ModelParts, Slot, SlotWork } from './slot-work.ts'
 
 type LogFn = (obj: object, msg?: string) => void
 /** The part of a pino logger the engine calls. */
@@ -40,6 +42,14 @@ export interface LocalEngineOptions {
   contextSize?: number
 }
 
+export interface LoadOptions {
+  /**
+   * Let the running and queued generations of the current model finish before it is unloaded (a model swapped in
+   * for a request), instead of aborting them (an explicit load: the caller wants the memory now). Default false.
+   */
+  whenIdle?: boolean
+}
+
 export interface LoadedModelInfo {
   readonly modelID: string
   readonly path: string
@@ -51,6 +61,8 @@ export interface LoadedModelInfo {
   readonly slots: number
   /** node-llama-cpp's name for the chat format in use, e.g. "ChatML"; "JinjaTemplate" means the GGUF's own template. */
   readonly chatTemplate: string
+  /** Length of the model's embedding vectors. */
+  readonly embeddingLength: number
 }
 
 export interface EngineStats {
@@ -62,57 +74,30 @@ export interface EngineStats {
 const DEFAULT_SLOTS = 2
 const DEFAULT_QUEUE_SIZE = 16
 const DEFAULT_CONTEXT_SIZE = 2048
-const DEFAULT_TEMPERATURE = 1 // OpenAI's documented default; node-llama-cpp's own default (0) would be greedy
-const MAX_STOP_STRINGS = 16
-/**
- * Temperatures below this sample greedily. Logits divided by a temperature near 1e-38 overflow float32 to infinity,
- * the softmax turns to NaN and llama.cpp picks a token the grammar forbids (issue 14's crash request); a temperature
- * this small is greedy in all but name anyway.
- */
-const GREEDY_BELOW_TEMPERATURE = 1e-3
-const SEED_RANGE = 0xFFFFFFFF // seeds 0 .. 2^32 - 2; llama.cpp's LLAMA_DEFAULT_SEED (2^32 - 1) means "pick one at random"
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
 
 const SILENT_LOGGER: InferenceLogger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined }
 
-interface Slot extends CachedSlot {
-  sequence: LlamaContextSequence
-  chat: LlamaChat
-}
-
 interface ActiveModel {
   info: LoadedModelInfo
-  llama: Llama
+  parts: ModelParts
   model: LlamaModel
   context: LlamaContext
-  chatWrapper: ChatWrapper
-  slots: Slot[]
   pool: SlotPool<Slot>
+  embedder: Embedder
   /** Aborted by unload: running generations stop, queued ones are refused. */
   unloading: AbortController
-  /** One promise per admitted generation; settles (never rejects) once its slot is back in the pool. */
-  running: Set<Promise<void>>
-}
-
-interface GenerationPlan {
-  history: ChatHistoryItem[]
-  /** The prompt as LlamaChat will evaluate it: what a slot's cached tokens are matched against. */
-  tokens: Token[]
-  promptTokens: number
-  maxTokens: number
-  grammar: LlamaGrammar | undefined
-  sampling: Pick<LLamaChatGenerateResponseOptions, 'temperature' | 'topP' | 'topK' | 'seed' | 'repeatPenalty' | 'customStopTriggers'>
-}
-
-interface GenerationOutcome {
-  finishReason: FinishReason
-  usage: ChatUsage
+  /** Requests admitted and not yet settled (planning, queued, running); a swap waits until none is left. */
+  admitted: number
+  whenIdle: Array<() => void>
 }
 
 /**
- * Runs chat generations on one local GGUF model with node-llama-cpp: a fixed number of slots (context sequences of
- * one context, decoded in shared batches), a bounded FIFO queue in front of them, the model's own chat template.
+ * Runs generations on one local GGUF model with node-llama-cpp: chats (in the model's own chat template, with
+ * tools) and text completions on a fixed number of slots (context sequences of one context, decoded in shared
+ * batches) behind one bounded FIFO queue; embeddings on a context of their own. One model at a time: loading
+ * another swaps it in.
  */
 export class LocalEngine implements ChatEngine {
   private readonly log: InferenceLogger
@@ -123,6 +108,9 @@ export class LocalEngine implements ChatEngine {
   private active: ActiveModel | null = null
   /** load/unload/close run one after another; each waits for the previous whatever its outcome. */
   private lifecycle: Promise<void> = Promise.resolve()
+  /** Set while a load runs: requests that arrive meanwhile wait for the model it brings. */
+  private swapping: Promise<void> | null = null
+  private waitingForSwap = 0
   private closed = false
 
   constructor (deps: LocalEngineDeps, options: LocalEngineOptions = {}) {
@@ -134,33 +122,42 @@ export class LocalEngine implements ChatEngine {
   }
 
   /**
-   * Loads a GGUF file and makes it the model every generation uses. A model already loaded is unloaded first
-   * (see `unload`: its running generations are aborted), so two models never share this machine's memory. A file
-   * that is missing or not GGUF is refused before that; if the new model fails later, no model is loaded.
+   * Loads a GGUF file and makes it the model every request uses. A model already loaded is unloaded first, so two
+   * models never share this machine's memory: its generations are aborted (see `unload`), or with `whenIdle`
+   * allowed to finish. Requests that arrive during the load wait for it. A file that is missing or not GGUF is
+   * refused before anything changes; if the new model fails later, no model is loaded.
    */
-  async load (modelID: string, path: string): Promise<LoadedModelInfo> {
+  async load (modelID: string, path: string, options: LoadOptions = {}): Promise<LoadedModelInfo> {
     return await this.serially(async () => {
       if (this.closed) throw new ModelLoadError(modelID, 'the engine is closed')
       // A missing or non-GGUF file is refused while the current model still serves
       const sizeBytes = await inspectModelFile(modelID, path)
-      await this.unloadActive(`replaced by ${modelID}`)
-      const started = performance.now()
-      const llama = await getSharedLlama(this.threads)
-      let model: LlamaModel
+      const swap = Promise.withResolvers<void>()
+      this.swapping = swap.promise
       try {
-        model = await llama.loadModel({ modelPath: path })
-      } catch (err) {
-        // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
-        throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
+        if (options.whenIdle === true && this.active != null) await idle(this.active)
+        await this.unloadActive(`replaced by ${modelID}`)
+        const started = performance.now()
+        const llama = await getSharedLlama(this.threads)
+        let model: LlamaModel
+        try {
+          model = await llama.loadModel({ modelPath: path })
+        } catch (err) {
+          // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
+          throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
+        }
+        try {
+          this.active = await this.activate(modelID, path, sizeBytes, llama, model)
+        } catch (err) {
+          await model.dispose()
+          throw new ModelLoadError(modelID, `cannot create a context (${errorMessage(err)})`, { cause: err })
+        }
+        this.log.info({ ...this.active.info, loadMs: Math.round(performance.now() - started) }, 'model loaded')
+        return this.active.info
+      } finally {
+        this.swapping = null
+        swap.resolve()
       }
-      try {
-        this.active = await this.activate(modelID, path, sizeBytes, llama, model)
-      } catch (err) {
-        await model.dispose()
-        throw new ModelLoadError(modelID, `cannot create a context (${errorMessage(err)})`, { cause: err })
-      }
-      this.log.info({ ...this.active.info, loadMs: Math.round(performance.now() - started) }, 'model loaded')
-      return this.active.info
     })
   }
 
@@ -184,15 +181,17 @@ export class LocalEngine implements ChatEngine {
   }
 
   stats (): EngineStats {
+    const active = this.active
     return {
-      slots: this.active?.pool.size ?? this.slotCount,
-      busySlots: this.active?.pool.busy ?? 0,
-      queued: this.active?.pool.queued ?? 0
+      slots: active?.pool.size ?? this.slotCount,
+      busySlots: active?.pool.busy ?? 0,
+      queued: (active?.pool.queued ?? 0) + (active?.embedder.queued ?? 0) + this.waitingForSwap
     }
   }
 
   /**
-   * Streams the answer to a chat: `delta` events as tokens are generated, then one `done` event.
+   * Streams the answer to a chat: `delta` events as tokens are generated (and `tool_call` / `tool_arguments` when
+   * the model calls a tool), then one `done` event.
    *
    * Failures before any event come from the first `next()`: InvalidGenerationRequestError, NoModelLoadedError,
    * QueueFullError (all slots busy and `queueSize` requests waiting). Aborting `signal`, while queued or running,
@@ -201,110 +200,137 @@ export class LocalEngine implements ChatEngine {
    * finished, and it is freed even if the consumer stops pulling without ever returning.
    */
   async * generate (request: ChatRequest, options: GenerateOptions = {}): AsyncGenerator<ChatEvent, void, undefined> {
+    yield * this.onSlot(options, async (parts) => await planChat(parts, request))
+  }
+
+  /** Streams a text completion of `request.prompt`, with the same events, queue and abort rules as `generate`. */
+  async * complete (request: CompletionRequest, options: GenerateOptions = {}): AsyncGenerator<CompletionEvent, void, undefined> {
+    yield * this.onSlot(options, async (parts) => await planCompletion(parts, request))
+  }
+
+  /** One `embedding` event per input, then `done`; refused, queued and aborted like a generation. */
+  async * embed (request: EmbeddingRequest, options: GenerateOptions = {}): AsyncGenerator<EmbeddingEvent, void, undefined> {
+    const { active, release } = await this.admit(options)
+    try {
+      yield * active.embedder.embed(request, AbortSignal.any([active.unloading.signal, ...(options.signal == null ? [] : [options.signal])]))
+    } finally {
+      release()
+    }
+  }
+
+  /** Any request, by kind: what a peer asks for. */
+  serve (request: InferenceRequest, options: GenerateOptions = {}): AsyncGenerator<InferenceEvent, void, undefined> {
+    switch (request.kind) {
+      case 'chat': return this.generate(request, options)
+      case 'completion': return this.complete(request, options)
+      case 'embeddings': return this.embed(request, options)
+    }
+  }
+
+  /** The model's tokens for `text` (plain text: markers typed in it are not special). `addSpecial` adds the BOS. */
+  tokenize (text: string, options: { addSpecial?: boolean, modelID?: string } = {}): number[] {
+    const { parts } = this.current(options.modelID)
+    const tokens = parts.model.tokenize(text, false)
+    const bos = parts.model.tokens.bos
+    return options.addSpecial === true && bos != null ? [bos, ...tokens] : tokens
+  }
+
+  /** The text of `tokens`; ids outside the vocabulary are refused (llama.cpp would abort the process on them). */
+  detokenize (tokens: readonly number[], options: { modelID?: string } = {}): string {
+    const { parts } = this.current(options.modelID)
+    checkTokenIDs(tokens, parts.model, 'tokens')
+    return parts.model.detokenize(tokens as readonly Token[], false)
+  }
+
+  /** Plans `request` against the loaded model, runs it on a slot, and streams its events as they come. */
+  private async * onSlot<E> (options: GenerateOptions, plan: (parts: ModelParts) => Promise<SlotWork<E>>): AsyncGenerator<E | DoneEvent, void, undefined> {
     const { signal } = options
     const requester = options.requester ?? anonymousRequester()
-    signal?.throwIfAborted()
-    const active = this.active
-    if (active == null) throw new NoModelLoadedError()
-    const plan = await this.plan(active, request)
-    const slot = await active.pool.acquire({ signal, choose: (free) => chooseSlot(free, requester, plan.tokens) })
-    if (active.unloading.signal.aborted) {
-      // unloaded between the hand-over and now: the model may already be disposed
-      active.pool.release(slot)
-      throw active.unloading.signal.reason
-    }
+    const { active, release } = await this.admit(options)
+    const events = new ChunkQueue<E>()
     const consumerLeft = new AbortController()
-    const chunks = new ChunkQueue<string>()
-    const stopSignals = [consumerLeft.signal, active.unloading.signal, ...(signal == null ? [] : [signal])]
-    const outcome = this.run(active, slot, requester, plan, chunks, AbortSignal.any(stopSignals))
-    // The slot goes back when the generation settles, not when the consumer next pulls: a consumer stuck on a slow
-    // socket must not hold a slot that queued requests wait for.
-    const settled: Promise<void> = outcome
-      .then(() => { chunks.end() }, (err: unknown) => {
-        forgetSlot(slot)
-        chunks.fail(err)
-      })
-      .finally(() => {
-        active.running.delete(settled)
-        active.pool.release(slot)
-      })
-    active.running.add(settled)
+    let settled: Promise<void> | null = null
+    let outcome: Promise<DoneEvent> | null = null
     try {
-      for await (const text of chunks) yield { type: 'delta', text }
-      yield { type: 'done', ...await outcome }
+      const work = await plan(active.parts)
+      const slot = await active.pool.acquire({ signal, choose: (free) => chooseSlot(free, requester, work.tokens) })
+      if (active.unloading.signal.aborted) {
+        // unloaded between the hand-over and now: the model may already be disposed
+        active.pool.release(slot)
+        throw active.unloading.signal.reason
+      }
+      const stopSignals = [consumerLeft.signal, active.unloading.signal, ...(signal == null ? [] : [signal])]
+      const running = this.run(active, slot, requester, work, events, AbortSignal.any(stopSignals))
+      outcome = running
+      // The slot goes back when the generation settles, not when the consumer next pulls: a consumer stuck on a slow
+      // socket must not hold a slot that queued requests wait for (nor keep a swap waiting).
+      settled = running
+        .then(() => { events.end() }, (err: unknown) => {
+          forgetSlot(slot)
+          events.fail(err)
+        })
+        .finally(() => {
+          active.pool.release(slot)
+          release()
+        })
+    } finally {
+      if (settled == null) release()
+    }
+    try {
+      for await (const event of events) yield event
+      if (outcome != null) yield await outcome
     } finally {
       consumerLeft.abort(new Error('The consumer stopped reading the generation')) // a no-op once it has finished
       await settled
     }
   }
 
-  private async run (active: ActiveModel, slot: Slot, requester: string, plan: GenerationPlan, chunks: ChunkQueue<string>, signal: AbortSignal): Promise<GenerationOutcome> {
+  private async run<E> (active: ActiveModel, slot: Slot, requester: Requester, work: SlotWork<E>, events: ChunkQueue<E>, signal: AbortSignal): Promise<DoneEvent> {
     const started = performance.now()
-    // The slot keeps what its last generation evaluated, and LlamaChat evaluates only the part of this prompt that
-    // differs (a chat resending its history pays for the new turn, not the whole conversation). Only within one
+    // The slot keeps what its last generation evaluated, and node-llama-cpp evaluates only the part of this prompt
+    // that differs (a chat resending its history pays for the new turn, not the whole conversation). Only within one
     // requester: a slot holding anyone else's tokens is cleared first (slot-cache.ts).
-    const cachedTokens = await prepareSlot(slot, requester, plan.tokens)
-    const meterBefore = slot.sequence.tokenMeter.getState()
-    const result = await slot.chat.generateResponse(plan.history, {
-      ...plan.sampling,
-      maxTokens: plan.maxTokens,
-      grammar: plan.grammar,
-      onTextChunk: (text) => { if (text !== '') chunks.push(text) },
-      signal,
-      // Return what was generated instead of throwing, so an aborted generation's usage can still be recorded.
-      stopOnAbortSignal: true
-    })
-    // One "output" token per sampling step: the logits of the prompt's last token, then of each generated token
-    // but the last. So this counts exactly the tokens sampled, including stop-string and end-of-generation tokens.
-    const completionTokens = slot.sequence.tokenMeter.diff(meterBefore).usedOutputTokens
-    const usage: ChatUsage = { promptTokens: plan.promptTokens, completionTokens, totalTokens: plan.promptTokens + completionTokens, cachedTokens }
-    const stopReason = result.metadata.stopReason
-    this.log.debug({ modelID: active.info.modelID, stopReason, ...usage, ms: Math.round(performance.now() - started) }, 'generation finished')
-    if (stopReason === 'abort') throw signal.reason
-    return { finishReason: stopReason === 'maxTokens' ? 'length' : 'stop', usage }
+    const cachedTokens = await prepareSlot(slot, requester, work.tokens)
+    const done = await work.run(slot, (event) => { events.push(event) }, signal)
+    const usage = { ...done.usage, cachedTokens }
+    this.log.debug({ modelID: active.info.modelID, finishReason: done.finishReason, ...usage, ms: Math.round(performance.now() - started) }, 'generation finished')
+    return { ...done, usage }
   }
 
-  /** Checks a request against the loaded model and turns it into node-llama-cpp's terms, before it takes a slot. */
-  private async plan (active: ActiveModel, request: ChatRequest): Promise<GenerationPlan> {
-    const history = toChatHistory(request.messages)
-    const { contextLength, modelID } = active.info
-    // Rendered exactly as LlamaChat renders a history it has no earlier evaluation of: with the model's turn opened.
-    const rendered = active.chatWrapper.generateContextState({ chatHistory: withModelTurn(history) })
-    const tokens = rendered.contextText.tokenize(active.model.tokenizer)
-    const promptTokens = tokens.length
-    // LlamaChat needs one free cell beyond the prompt, and then room for at least one token to sample.
-    const room = contextLength - promptTokens
-    if (room < 2) {
-      throw new InvalidGenerationRequestError(
-        `The messages take ${promptTokens} tokens; model ${modelID} has room for ${contextLength - 2} per request`, 'messages')
-    }
-    const maxTokens = optionalNumber(request.maxTokens, 'maxTokens', { min: 1, integer: true })
-    const askedTemperature = optionalNumber(request.temperature, 'temperature', { min: 0, max: 2 }) ?? DEFAULT_TEMPERATURE
-    const temperature = askedTemperature < GREEDY_BELOW_TEMPERATURE ? 0 : askedTemperature
-    const presencePenalty = optionalNumber(request.presencePenalty, 'presencePenalty', { min: -2, max: 2 }) ?? 0
-    const frequencyPenalty = optionalNumber(request.frequencyPenalty, 'frequencyPenalty', { min: -2, max: 2 }) ?? 0
-    const seed = optionalNumber(request.seed, 'seed', { integer: true })
-    // Capped, not refused: a client asking for 4096 tokens from a 2048-token context gets finish_reason "length".
-    const resolvedMaxTokens = Math.min(maxTokens ?? room, room)
-    return {
-      history,
-      tokens,
-      promptTokens,
-      maxTokens: resolvedMaxTokens,
-      grammar: await grammarFor(active.llama, request.responseFormat),
-      sampling: {
-        temperature,
-        topP: optionalNumber(request.topP, 'topP', { min: 0, max: 1 }) ?? 1,
-        topK: optionalNumber(request.topK, 'topK', { min: 0, integer: true }) ?? 0, // 0: all tokens, as in OpenAI's API
-        // node-llama-cpp seeds from the clock in whole seconds, so two requests in the same second would sample
-        // alike. llama.cpp takes a uint32 and reads 0xFFFFFFFF as "random", so any integer maps below that.
-        seed: seed == null ? randomInt(SEED_RANGE) : ((seed % SEED_RANGE) + SEED_RANGE) % SEED_RANGE,
-        repeatPenalty: presencePenalty === 0 && frequencyPenalty === 0
-          ? false // node-llama-cpp would otherwise apply its own 1.1 repeat penalty, which OpenAI's API does not have
-          : { penalty: 1, presencePenalty, frequencyPenalty, lastTokens: resolvedMaxTokens, penalizeNewLine: true },
-        customStopTriggers: stopStrings(request.stop)
+  /**
+   * Lets a request in: after a load in progress (it waits for the model that load brings, counted as queued), on the
+   * model it was placed on. `release` must be called once the request has settled.
+   */
+  private async admit (options: GenerateOptions): Promise<{ active: ActiveModel, release: () => void }> {
+    options.signal?.throwIfAborted()
+    while (this.swapping != null) {
+      if (this.waitingForSwap >= this.queueSize) throw new QueueFullError(this.queueSize, QUEUE_FULL_RETRY_AFTER_SECONDS)
+      this.waitingForSwap++
+      try {
+        await abortable(this.swapping, options.signal)
+      } finally {
+        this.waitingForSwap--
       }
     }
+    const active = this.current(options.modelID)
+    active.admitted++
+    let released = false
+    return {
+      active,
+      release: () => {
+        if (released) return
+        released = true
+        if (--active.admitted === 0) for (const wake of active.whenIdle.splice(0)) wake()
+      }
+    }
+  }
+
+  /** The loaded model, if it is the one asked for. */
+  private current (modelID: string | undefined): ActiveModel {
+    const active = this.active
+    if (active == null) throw new NoModelLoadedError()
+    if (modelID != null && modelID !== active.info.modelID) throw new ModelSwappedError(modelID, active.info.modelID)
+    return active
   }
 
   private async activate (modelID: string, path: string, sizeBytes: number, llama: Llama, model: LlamaModel): Promise<ActiveModel> {
@@ -317,13 +343,10 @@ export class LocalEngine implements ChatEngine {
       batching: batching.options
     })
     batching.attach(context)
-    const { LlamaChat, resolveChatWrapper } = await llamaModule()
+    const { resolveChatWrapper } = await llamaModule()
     const chatWrapper = resolveChatWrapper(model)
     const slots: Slot[] = []
-    for (let i = 0; i < this.slotCount; i++) {
-      const sequence = context.getSequence()
-      slots.push({ sequence, chat: new LlamaChat({ contextSequence: sequence, chatWrapper }), owner: null, lastUsed: 0 })
-    }
+    for (let i = 0; i < this.slotCount; i++) slots.push({ sequence: context.getSequence(), owner: null, lastUsed: 0 })
     const info: LoadedModelInfo = Object.freeze({
       modelID,
       path,
@@ -331,10 +354,15 @@ export class LocalEngine implements ChatEngine {
       contextLength: context.contextSize,
       trainContextLength,
       slots: this.slotCount,
-      chatTemplate: chatWrapper.wrapperName
+      chatTemplate: chatWrapper.wrapperName,
+      embeddingLength: model.embeddingVectorSize
     })
     const pool = new SlotPool(slots, { queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS })
-    return { info, llama, model, context, chatWrapper, slots, pool, unloading: new AbortController(), running: new Set() }
+    const embedder = new Embedder(model, {
+      contextSize: context.contextSize, threads: this.threads, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS
+    })
+    const parts: ModelParts = { modelID, contextLength: context.contextSize, llama, model, chatWrapper }
+    return { info, parts, model, context, pool, embedder, unloading: new AbortController(), admitted: 0, whenIdle: [] }
   }
 
   private async unloadActive (how: string): Promise<void> {
@@ -344,8 +372,8 @@ export class LocalEngine implements ChatEngine {
     const gone = new NoModelLoadedError(`Model ${active.info.modelID} was ${how}`)
     active.unloading.abort(gone)
     active.pool.close(gone)
-    await Promise.all(active.running)
-    for (const slot of active.slots) slot.chat.dispose()
+    await idle(active)
+    await active.embedder.dispose(gone)
     await active.context.dispose()
     await active.model.dispose()
     this.log.info({ modelID: active.info.modelID, how }, 'model unloaded')
@@ -359,55 +387,24 @@ export class LocalEngine implements ChatEngine {
   }
 }
 
-function toChatHistory (messages: readonly ChatMessage[]): ChatHistoryItem[] {
-  if (!Array.isArray(messages) || messages.length === 0) {
-    throw new InvalidGenerationRequestError('messages must hold at least one message', 'messages')
-  }
-  return messages.map((message, i): ChatHistoryItem => {
-    if (typeof message?.content !== 'string') throw new InvalidGenerationRequestError(`messages[${i}].content must be a string`, `messages[${i}].content`)
-    // Message text stays plain text: node-llama-cpp only emits special tokens for the template's own markers, so
-    // "<|im_end|>" typed by a user cannot close a turn.
-    switch (message.role) {
-      case 'system': return { type: 'system', text: message.content }
-      case 'user': return { type: 'user', text: message.content }
-      case 'assistant': return { type: 'model', response: [message.content] }
-      default: throw new InvalidGenerationRequestError(`messages[${i}].role must be system, user or assistant`, `messages[${i}].role`)
-    }
-  })
+/** Resolves once no request admitted on `active` is left. */
+async function idle (active: ActiveModel): Promise<void> {
+  if (active.admitted === 0) return
+  await new Promise<void>((resolve) => { active.whenIdle.push(resolve) })
 }
 
-/** A history ending in a user turn gets an empty model turn to answer in; one ending in a model turn is continued. */
-function withModelTurn (history: ChatHistoryItem[]): ChatHistoryItem[] {
-  return history.at(-1)?.type === 'model' ? history : [...history, { type: 'model', response: [] }]
-}
-
-async function grammarFor (llama: Llama, format: ResponseFormat | null | undefined): Promise<LlamaGrammar | undefined> {
-  if (format == null || format.type === 'text') return undefined
-  if (format.type === 'json_object') return await llama.getGrammarFor('json')
-  if (format.type === 'json_schema') {
-    return await llama.createGrammarForJsonSchema<GbnfJsonSchema>(toGrammarSchema(format.schema, 'responseFormat.schema'))
+async function abortable (promise: Promise<void>, signal: AbortSignal | undefined): Promise<void> {
+  if (signal == null) return await promise
+  signal.throwIfAborted()
+  let onAbort: (() => void) | undefined
+  try {
+    await Promise.race([promise, new Promise<never>((_resolve, reject) => {
+      onAbort = () => { reject(signal.reason) }
+      signal.addEventListener('abort', onAbort, { once: true })
+    })])
+  } finally {
+    if (onAbort != null) signal.removeEventListener('abort', onAbort)
   }
-  throw new InvalidGenerationRequestError('responseFormat.type must be text, json_object or json_schema', 'responseFormat.type')
-}
-
-function stopStrings (stop: string[] | null | undefined): string[] | undefined {
-  if (stop == null) return undefined
-  if (!Array.isArray(stop) || stop.length > MAX_STOP_STRINGS || !stop.every((s) => typeof s === 'string' && s !== '')) {
-    throw new InvalidGenerationRequestError(`stop must be at most ${MAX_STOP_STRINGS} non-empty strings`, 'stop')
-  }
-  return stop
-}
-
-function optionalNumber (value: number | null | undefined, param: string, range: { min?: number, max?: number, integer?: boolean }): number | undefined {
-  if (value == null) return undefined
-  const ok = typeof value === 'number' && Number.isFinite(value) &&
-    (range.integer !== true || Number.isSafeInteger(value)) &&
-    (range.min === undefined || value >= range.min) && (range.max === undefined || value <= range.max)
-  if (!ok) {
-    const bounds = [range.min !== undefined ? `>= ${range.min}` : '', range.max !== undefined ? `<= ${range.max}` : ''].filter(Boolean).join(' and ')
-    throw new InvalidGenerationRequestError(`${param} must be ${range.integer === true ? 'an integer' : 'a number'}${bounds === '' ? '' : ' ' + bounds}`, param)
-  }
-  return value
 }
 
 function integerOption (name: string, value: number, min: number): number {

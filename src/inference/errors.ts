@@ -19,6 +19,19 @@ export class NoModelLoadedError extends UnavailableError {
 }
 
 /**
+ * The request was placed on one model, and another was loaded by the time it was let in (a swap for another request
+ * happened meanwhile). The router places it again; where nothing does, it is a 503 like any model that went away.
+ */
+export class ModelSwappedError extends UnavailableError {
+  override name = 'ModelSwappedError'
+  readonly wanted: string
+  constructor (wanted: string, loaded: string) {
+    super(`Model ${wanted} is no longer loaded (${loaded} was swapped in)`)
+    this.wanted = wanted
+  }
+}
+
+/**
  * A model file could not be opened, parsed or given a context: the state of the file does not allow loading it.
  * `cause` holds node-llama-cpp's error.
  */

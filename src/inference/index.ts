@@ -1,7 +1,14 @@
 export { LocalEngine } from './engine.ts'
-export type { LocalEngineDeps, LocalEngineOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
-export type { ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, FinishReason, GenerateOptions, ResponseFormat, ChatRouter, RoutedChatRequest, RoutedGeneration, RouteOptions, ServedBy } from './chat.ts'
+export type { LocalEngineDeps, LocalEngineOptions, LoadOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
+export type {
+  ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent,
+  EmbeddingRequest, FinishReason, GenerateOptions, InferenceEvent, InferenceRequest, ResponseFormat, SamplingRequest, ToolCall,
+  ToolChoice, ToolDefinition, ChatRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy
+} from './chat.ts'
 export { LocalRouter } from './local-router.ts'
-export type { LocalRouterDeps } from './local-router.ts'
-export { QueueFullError, NoModelLoadedError, ModelLoadError, InvalidGenerationRequestError } from './errors.ts'
+export type { LocalRouterDeps, LocalModel, LocalModels } from './local-router.ts'
+export { QueueFullError, NoModelLoadedError, ModelLoadError, ModelSwappedError, InvalidGenerationRequestError } from './errors.ts'
 export { getSharedLlama, defaultInferenceThreads } from './llama.ts'
+export { MAX_STOP_STRINGS, MAX_LOGIT_BIAS } from './sampling.ts'
+export { MAX_EMBEDDING_INPUTS } from './embeddings.ts'
+export { MAX_TOOLS } from './tools.ts'

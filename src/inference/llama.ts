@@ -10,9 +10,10 @@ let module: Promise<LlamaModule> | null = null
  * model (or has not loaded one yet) should not pay at start.
  */
 export async function llamaModule (): Promise<LlamaModule> {
-  module ??= import('node-llama-cpp').then((loaded) => {
+  module ??= import('node-llama-cpp').then(async (loaded) => {
     guardSampling(loaded.LlamaContextSequence)
     letErasuresIn(loaded.LlamaContext, loaded.LlamaContextSequence)
+    await boundNumberGrammar()
     return loaded
   })
   return await module
@@ -60,6 +61,29 @@ function guardSampling (Sequence: LlamaModule['LlamaContextSequence']): void {
   }
 }
 
+
+/**
+ * node-llama-cpp's JSON grammar lets a number carry an exponent of up to 16 digits, for `integer` too: `5e-3` passes
+ * as an integer and `1e9999` parses to Infinity. node-llama-cpp then rejects the function call it constrained
+ * ("Expected type integer but got number") and the request failed; with response_format the text was simply
+ * invalid against the caller's schema. We give integers no exponent and numbers an exponent of at most two digits,
+ * so whatever the grammar admits parses to a finite value of the right type. The class is internal (no export), so
+ * it is reached by its file, which is the module node-llama-cpp itself loaded; its grammar text is checked first,
+ * and left alone if node-llama-cpp changed it.
+ */
+const INTEGER_GRAMMAR = '"-"? ("0" | [1-9] [0-9]{0,15})'
+const NUMBER_GRAMMAR = `${INTEGER_GRAMMAR} ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?`
+
+async function boundNumberGrammar (): Promise<void> {
+  const file = new URL('./utils/gbnfJson/terminals/GbnfNumber.js', import.meta.resolve('node-llama-cpp'))
+  const { GbnfNumber } = await import(file.href) as { GbnfNumber: new (options: { allowFractional: boolean }) => { getGrammar (): string } }
+  const prototype = GbnfNumber.prototype as unknown as Record<string | symbol, unknown> & { getGrammar (this: { allowFractional: boolean }): string }
+  if (prototype[GUARDED] === true) return
+  const known = '"-"? ("0" | [1-9] [0-9]{0,15}) ([eE] [-+]? ("0" | [1-9] [0-9]{0,15}))?'
+  if (new GbnfNumber({ allowFractional: false }).getGrammar() !== known) return
+  prototype[GUARDED] = true
+  prototype.getGrammar = function (): string { return this.allowFractional ? NUMBER_GRAMMAR : INTEGER_GRAMMAR }
+}
 
 /** Whether node-llama-cpp's sampling is guarded (see `guardSampling`); false means its private API changed. */
 export async function guardedSampling (): Promise<boolean> {

@@ -3,7 +3,7 @@
 import type { EventEmitter } from 'node:events'
 import type { Logger } from 'pino'
 import { InvalidInputError } from '../errors.ts'
-import type { LoadedModelInfo } from '../inference/index.ts'
+import type { LoadedModelInfo, LoadOptions } from '../inference/index.ts'
 import type { ModelEventMap } from './events.ts'
 import { modelKey } from './model-id.ts'
 import type { ModelRecords } from './records.ts'
@@ -17,7 +17,7 @@ export interface LoadedModel {
 
 /** The part of LocalEngine the store drives. */
 export interface ModelEngine {
-  load: (modelID: string, path: string) => Promise<LoadedModelInfo>
+  load: (modelID: string, path: string, options?: LoadOptions) => Promise<LoadedModelInfo>
   unload: () => Promise<void>
   loaded: () => LoadedModelInfo | null
 }
@@ -45,12 +45,12 @@ export class ModelLoader {
   }
 
   /** Loads a model into the engine, replacing the one loaded; remembers it as the one to reload at the next start. */
-  async load (model: LoadableModel): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
+  async load (model: LoadableModel, options: LoadOptions = {}): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
     const { key, modelID, path } = model
     this.#loading = { key, modelID }
     let info: LoadedModelInfo
     try {
-      info = await this.#deps.engine.load(modelID, path)
+      info = await this.#deps.engine.load(modelID, path, options)
     } finally {
       if (this.#loading?.key === key) this.#loading = null
     }

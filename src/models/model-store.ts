@@ -5,6 +5,7 @@
 import { EventEmitter } from 'node:events'
 import { join, resolve } from 'node:path'
 import type { Logger } from 'pino'
+import type { LoadOptions } from '../inference/index.ts'
 import type { Settings } from '../settings/index.ts'
 import type { Database } from '../store/index.ts'
 import { CATALOG } from './catalog.ts'
@@ -132,10 +133,11 @@ export class ModelStore {
   /**
    * Loads a downloaded model into the engine, replacing the one loaded. ModelNotFoundError for an unknown id,
    * ModelNotDownloadedError (409) when it is not downloaded yet; ModelLoadError (409) when the file will not load.
+   * `whenIdle` lets the current model finish its requests first (a model loaded for a request that names it).
    */
-  async load (rawID: string): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
+  async load (rawID: string, options: LoadOptions = {}): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
     const found = this.#find(rawID)
-    if (found.kind === 'imported') return await this.#loader.load({ key: found.row.model_key, modelID: found.row.model_id, path: found.row.path })
+    if (found.kind === 'imported') return await this.#loader.load({ key: found.row.model_key, modelID: found.row.model_id, path: found.row.path }, options)
     const { ref } = found
     const key = modelKey(ref.modelID)
     const row = this.#records.get(key)
@@ -145,7 +147,7 @@ export class ModelStore {
       throw new ModelNotDownloadedError(row.model_id, fraction == null ? 'still downloading' : `still downloading, ${Math.floor(fraction * 100)}%`)
     }
     if (row.status === 'failed') throw new ModelNotDownloadedError(row.model_id, `its download failed: ${row.error ?? 'unknown reason'}`)
-    return await this.#loader.load({ key, modelID: row.model_id, path: join(this.#dir, row.path) })
+    return await this.#loader.load({ key, modelID: row.model_id, path: join(this.#dir, row.path) }, options)
   }
 
   /** Unloads the loaded model, if any, and forgets it as the one to reload at start. Returns its id, or null. */

@@ -213,6 +213,8 @@ export class InferService {
           await writeMessage(frames, { type: 'delta', text }, { signal })
           continue
         }
+        // The wire request carries no tools, so a chat served for a peer ends in text
+        if (event.type !== 'done' || event.finishReason === 'tool_calls') throw new Error(`unexpected ${event.type} event for a peer`)
         await sendFinal(frames, { type: 'done', finishReason: event.finishReason, usage: event.usage }, signal)
         return event.usage
       }

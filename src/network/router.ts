@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto'
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { ChatEvent, ChatRouter, ChatUsage, RoutedChatRequest, RoutedGeneration, RouteOptions, ServedBy } from '../inference/index.ts'
+import type { ChatRouter, ChatUsage, InferenceEvent, LocalRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
 import { ProtocolError } from './errors.ts'
 import { INFER_PROTOCOL, RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
 import type { PeerInfo } from './peer-network.ts'
@@ -31,7 +31,7 @@ export interface InferenceBilling {
 
 export interface PeerRouterDeps {
   /** Runs requests on this node's engine (`LocalRouter`). */
-  local: ChatRouter & { serves (modelID: string): boolean }
+  local: Pick<LocalRouter, 'route' | 'models' | 'serves' | 'notServed'>
   network: RouterNetwork
   settings: { get (): { inference_backend: string } }
   sameModel: (a: string, b: string) => boolean
@@ -62,17 +62,24 @@ export class PeerRouter implements ChatRouter {
     this.#openTimeoutMs = options.openTimeoutMs ?? 10_000
   }
 
-  generate (request: RoutedChatRequest, options: RouteOptions = {}): RoutedGeneration {
-    if (this.#deps.settings.get().inference_backend !== 'peers' && this.#deps.local.serves(request.modelID)) {
-      return this.#deps.local.generate(request, options)
+  route (request: RoutedRequest, options: RouteOptions = {}): RoutedGeneration {
+    const peersOnly = this.#deps.settings.get().inference_backend === 'peers'
+    if (!peersOnly && this.#deps.local.serves(request.modelID)) {
+      return this.#deps.local.route(request, options)
     }
     const candidates = this.candidates(request.modelID, options.ptnID ?? null)
     if (candidates.length === 0) {
       this.#deps.network.recordDemand(request.modelID)
       const where = options.ptnID == null ? 'no peer serves it' : `no member of PTN ${options.ptnID} serves it`
-      const loaded = this.#deps.local.models()[0]?.modelID
-      throw new UnavailableError(`Model ${request.modelID} is not loaded on this node and ${where}` +
-        (loaded == null ? ' (no model is loaded)' : ` (loaded: ${loaded})`))
+      // 503 where the model exists but the rules keep the request from it; 404 only where nobody has it at all.
+      if (peersOnly) throw new UnavailableError(`Model ${request.modelID}: inference_backend is "peers" and ${where}`)
+      const outside = options.ptnID == null ? 0 : this.candidates(request.modelID).length
+      if (outside > 0) throw new UnavailableError(`Model ${request.modelID} is served by ${outside} peer(s), but ${where}`)
+      throw this.#deps.local.notServed(request.modelID, ` and ${where}`)
+    }
+    if (request.kind !== 'chat' || hasToolsOrBias(request)) {
+      // TODO(issue 12): the infer protocol carries chats only until its next version
+      throw new UnavailableError(`Model ${request.modelID} is served only by peers, which answer plain chats for now`)
     }
     const attempt = { servedBy: `peer:${candidates[0].nodeID}` as ServedBy }
     const events = this.#failover(candidates.slice(0, this.#maxAttempts), request, options, attempt)
@@ -95,19 +102,19 @@ export class PeerRouter implements ChatRouter {
       .map(({ peer }) => peer)
   }
 
-  models (): Array<{ modelID: string, ownedBy: ServedBy }> {
+  models (): ModelListing[] {
     const listed = this.#deps.settings.get().inference_backend === 'peers' ? [] : this.#deps.local.models()
     const seen = (modelID: string): boolean => listed.some(model => this.#deps.sameModel(model.modelID, modelID))
     for (const peer of this.#deps.network.peers()) {
       const loaded = peer.record.models.loaded
       if (loaded == null || seen(loaded)) continue
       const best = this.candidates(loaded)[0] ?? peer
-      listed.push({ modelID: loaded, ownedBy: `peer:${best.nodeID}` })
+      listed.push({ modelID: loaded, ownedBy: `peer:${best.nodeID}`, loaded: true })
     }
     return listed
   }
 
-  async * #failover (candidates: PeerInfo[], request: RoutedChatRequest, options: RouteOptions, attempt: { servedBy: ServedBy }): AsyncGenerator<ChatEvent, void, undefined> {
+  async * #failover (candidates: PeerInfo[], request: RoutedChatRequest, options: RouteOptions, attempt: { servedBy: ServedBy }): AsyncGenerator<InferenceEvent, void, undefined> {
     const failures: string[] = []
     let lastError: unknown = null
     let allBusy = true
@@ -153,7 +160,7 @@ export class PeerRouter implements ChatRouter {
     throw new UnavailableError(`No peer could serve ${request.modelID}: ${failures.join('; ')}`, { cause: lastError })
   }
 
-  async * #ask (peer: PeerInfo, request: RoutedChatRequest, options: RouteOptions): AsyncGenerator<ChatEvent, void, undefined> {
+  async * #ask (peer: PeerInfo, request: RoutedChatRequest, options: RouteOptions): AsyncGenerator<InferenceEvent, void, undefined> {
     const openSignal = AbortSignal.any([AbortSignal.timeout(this.#openTimeoutMs), ...(options.signal == null ? [] : [options.signal])])
     const stream = await this.#deps.network.open(peer.nodeID, INFER_PROTOCOL, { signal: openSignal })
     const { modelID, ...chat } = request
@@ -168,6 +175,11 @@ export class PeerRouter implements ChatRouter {
       throw err
     }
   }
+}
+
+function hasToolsOrBias (request: RoutedChatRequest): boolean {
+  return (request.tools?.length ?? 0) > 0 || Object.keys(request.logitBias ?? {}).length > 0 ||
+    request.messages.some(message => message.role === 'tool' || (message.toolCalls?.length ?? 0) > 0)
 }
 
 const LATENCY_STEP_MS = 20

@@ -130,11 +130,15 @@ test('parameters it cannot honour, and malformed requests, are refused with 400 
     [{ ...base, n: 2 }, 'n'],
     [{ ...base, logprobs: true }, 'logprobs'],
     [{ ...base, top_logprobs: 3 }, 'top_logprobs'],
-    [{ ...base, tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
+    [{ ...base, tools: [{ type: 'code_interpreter' }] }, 'tools.0.type'],
     [{ ...base, tool_choice: 'auto' }, 'tool_choice'],
-    [{ ...base, logit_bias: { 50: 10 } }, 'logit_bias'],
+    [{ ...base, functions: [{ name: 'f' }] }, 'functions'],
+    [{ ...base, logit_bias: { 50: 101 } }, 'logit_bias.50'],
+    [{ ...base, logit_bias: { 99999: 1 } }, 'logit_bias.99999'],
+    [{ ...base, logit_bias: { banana: 1 } }, 'logit_bias.banana'],
     [{ ...base, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }] }, 'messages.0.content.0.type'],
-    [{ ...base, messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] }, 'messages.0.role'],
+    [{ ...base, messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] }, 'messages.0.tool_call_id'],
+    [{ ...base, messages: [{ role: 'function', content: 'x', name: 'f' }] }, 'messages.0.role'],
     [{ ...base, model: undefined }, 'model'],
     [{ ...base, messages: [] }, 'messages'],
     [{ ...base, messages: 'hi' }, 'messages'],
@@ -164,20 +168,20 @@ test('parameters it cannot honour, and malformed requests, are refused with 400 
   await assert.rejects(openai.chat.completions.create({ ...base, n: 3 }), (err: unknown) => err instanceof OpenAI.BadRequestError && /n > 1/.test(err.message))
 })
 
-test('no model loaded, or a model nobody serves: 503 naming the model; /v1/models lists the loaded model', async (t) => {
+test('no model loaded, or a model nobody has: 404 naming the model; /v1/models lists the loaded model', async (t) => {
   const empty = await startTestNode(t)
   const openaiEmpty = new OpenAI({ baseURL: `${empty.node.url}/v1`, apiKey: 'x', maxRetries: 0 })
   assert.deepEqual((await openaiEmpty.models.list()).data, [])
   const res = await empty.api.post('/v1/chat/completions', { model: 'qwen-7b', messages: hello })
-  assert.equal(res.status, 503)
-  assert.equal(res.body.error.type, 'service_unavailable')
-  assert.match(res.body.error.message, /qwen-7b/)
+  assert.equal(res.status, 404)
+  assert.equal(res.body.error.type, 'not_found')
+  assert.match(res.body.error.message, /qwen-7b.*no model is loaded.*meshnode models download qwen-7b/)
 
   const { openai, api } = await startChatNode(t)
   const models = await openai.models.list()
   assert.deepEqual(models.data.map((m) => ({ id: m.id, object: m.object, owned_by: m.owned_by })), [{ id: TINY_MODEL_ID, object: 'model', owned_by: 'local' }])
   const other = await api.post('/v1/chat/completions', { model: 'some-other-model', messages: hello, stream: true })
-  assert.equal(other.status, 503, 'an immediate failure keeps its status even when streaming')
+  assert.equal(other.status, 404, 'an immediate failure keeps its status even when streaming')
   assert.match(other.body.error.message, /some-other-model.*loaded: tiny-chat/)
 })
 

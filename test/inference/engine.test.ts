@@ -37,7 +37,7 @@ async function answer (engine: LocalEngine, request: ChatRequest, options?: Gene
   for await (const event of engine.generate(request, options)) {
     assert.equal(done, undefined, 'nothing may follow the done event')
     if (event.type === 'delta') deltas.push(event.text)
-    else done = event
+    else if (event.type === 'done') done = event
   }
   assert.ok(done != null, 'the stream ended without a done event')
   return { deltas, text: deltas.join(''), done }
@@ -240,7 +240,7 @@ await test('two slots serve two requests side by side', async (t) => {
     for await (const event of engine.generate(request)) {
       if (engine.stats().busySlots === 2) bothBusy = true
       if (event.type === 'delta') deltas.push(event.text)
-      else done = event
+      else if (event.type === 'done') done = event
     }
     assert.ok(done != null)
     return { deltas, text: deltas.join(''), done }

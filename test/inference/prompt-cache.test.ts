@@ -26,7 +26,7 @@ async function ask (engine: LocalEngine, messages: ChatMessage[], requester: str
   let usage: ChatUsage | undefined
   for await (const event of engine.generate({ messages, temperature: 0, maxTokens }, { requester })) {
     if (event.type === 'delta') text += event.text
-    else usage = event.usage
+    else if (event.type === 'done') usage = event.usage
   }
   assert.ok(usage != null)
   return { text, usage }

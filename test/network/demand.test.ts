@@ -20,10 +20,10 @@ test('demand-driven models: a node with auto_manage_models fetches and serves th
   for (const node of [provider, asker]) assert.equal((await node.api.patch('/v1/app/settings', wanSettings(relay))).status, 200)
   await Promise.all([waitForPeers(provider, [asker.nodeID]), waitForPeers(asker, [provider.nodeID])])
 
-  // Nobody serves the model: each ask is a 503, and counts as demand the asker advertises.
+  // Nobody has the model: each ask is a 404, and counts as demand the asker advertises.
   for (let i = 0; i < 3; i++) {
     const res = await asker.api.post('/v1/chat/completions', { model: MODEL, messages: hello, max_tokens: 2 })
-    assert.equal(res.status, 503)
+    assert.equal(res.status, 404)
   }
   assert.deepEqual(asker.node.network.demand(), [{ modelID: MODEL, requests: 3 }])
   await waitFor(() => provider.node.network.peer(asker.nodeID)?.record.demand.some(d => d.modelID === MODEL && d.requests === 3), { what: 'the provider to see the demand' })

@@ -96,12 +96,12 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     assert.equal(await servedCount(second), 0)
   })
 
-  await t.test('a model no peer serves is a 503 naming it', async () => {
+  await t.test('a model neither here nor on a peer is a 404 naming it, with the command that downloads it', async () => {
     const before = await servedCount(first)
     await assert.rejects(openai.chat.completions.create({ model: 'no-such-model', messages: hello, max_tokens: 3 }), (err: unknown) => {
-      assert.ok(err instanceof OpenAI.APIError)
-      assert.equal(err.status, 503)
-      assert.match(err.message, /no-such-model/)
+      assert.ok(err instanceof OpenAI.NotFoundError)
+      assert.equal(err.status, 404)
+      assert.match(err.message, /no-such-model.*no peer serves it.*meshnode models download no-such-model/)
       return true
     })
     assert.equal(await servedCount(first), before)

@@ -1,20 +1,12 @@
 import { randomUUID } from 'node:crypto'
-import type { FastifyReply } from 'fastify'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
-import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, RoutedChatRequest, RoutedGeneration } from '../../inference/index.ts'
-import { toEnvelope } from '../errors.ts'
-import { ChatCompletion, ChatCompletionRequest, ModelList, type ChatCompletionChunk } from '../schemas/openai.ts'
-import { errorResponses } from '../schemas/common.ts'
+import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, ToolChoice } from '../../inference/index.ts'
+import { collectGeneration, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
-import { clientGone, keepAlive, SseStream, startSse } from '../sse.ts'
-
-/**
- * How long a streaming request may wait for its first event before we commit to a 200 stream. Failures that come
- * at once (queue full, no model, a bad parameter) still get their own status; a request that waits for a slot gets
- * its headers and keep-alive comments instead of a silent socket.
- */
-const COMMIT_AFTER_MS = 250
+import { ChatCompletion, ChatCompletionRequest, type ChatCompletionChunk, type ToolCallOut, type Usage } from '../schemas/openai.ts'
+import { errorResponses } from '../schemas/common.ts'
+import { clientGone } from '../sse.ts'
 
 export interface ChatRoutesOptions {
   router: ChatRouter
@@ -23,42 +15,18 @@ export interface ChatRoutesOptions {
 }
 
 export const chatRoutes: FastifyPluginAsyncZod<ChatRoutesOptions> = async (app, { router, onServed }) => {
-  app.get('/v1/models', { schema: { tags: ['openai'], response: { 200: ModelList, ...errorResponses } } }, async () => {
-    const created = Math.floor(Date.now() / 1000)
-    return {
-      object: 'list' as const,
-      data: router.models().map((model) => ({ id: model.modelID, object: 'model' as const, created, owned_by: model.ownedBy }))
-    }
-  })
-
   app.post('/v1/chat/completions', {
     schema: { tags: ['openai'], body: ChatCompletionRequest, response: { 200: ChatCompletion, ...errorResponses } }
   }, async (request, reply) => {
     const chat = toChatRequest(request.body)
-    const ptnHeader = request.headers['x-ptn-id']
-    const ptnID = (typeof ptnHeader === 'string' && ptnHeader !== '' ? ptnHeader : null) ?? request.body.ptn ?? null
     const signal = clientGone(reply)
-    const generation = router.generate(chat, { signal, ptnID, requester: requesterOf(request.principal) })
+    const generation = router.route(chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], request.body.ptn), requester: requesterOf(request.principal) }) as RoutedGeneration<ChatEvent>
     const id = `chatcmpl-${randomUUID()}`
     const created = Math.floor(Date.now() / 1000)
     const model = request.body.model
 
     if (request.body.stream !== true) {
-      let text = ''
-      let done: Extract<ChatEvent, { type: 'done' }> | null = null
-      try {
-        for (let next = await generation.events.next(); next.done !== true; next = await generation.events.next()) {
-          if (next.value.type === 'delta') text += next.value.text
-          else done = next.value
-        }
-      } catch (err) {
-        if (!signal.aborted) throw err
-        // The client left: generation stopped with it, and there is nobody to answer.
-        reply.hijack()
-        reply.raw.destroy()
-        return reply
-      }
-      if (done == null) throw new Error('generation ended without a final event')
+      const answer = assemble(await collectGeneration(generation, signal))
       onServed?.(chat.modelID)
       void reply.header('x-served-by', generation.servedBy)
       return {
@@ -67,69 +35,59 @@ export const chatRoutes: FastifyPluginAsyncZod<ChatRoutesOptions> = async (app, 
         created,
         model,
         system_fingerprint: null,
-        choices: [{ index: 0, message: { role: 'assistant' as const, content: text, refusal: null }, logprobs: null, finish_reason: done.finishReason }],
-        usage: toUsage(done.usage)
+        choices: [{
+          index: 0,
+          message: {
+            role: 'assistant' as const,
+            // OpenAI's shape: content null when the answer is only tool calls
+            content: answer.text === '' && answer.toolCalls.length > 0 ? null : answer.text,
+            refusal: null,
+            ...(answer.toolCalls.length > 0 ? { tool_calls: answer.toolCalls } : {})
+          },
+          logprobs: null,
+          finish_reason: answer.done.finishReason
+        }],
+        usage: toUsage(answer.done.usage)
       }
     }
 
-    // Streaming: wait briefly for the first event so that immediate failures keep their HTTP status. A request placed
-    // on a peer waits for its first event in full: the router may still fail over to another peer until then, and
-    // X-Served-By must name the one that answers.
-    const first = generation.events.next()
-    const settled = generation.servedBy !== 'local' || await Promise.race([
-      first.then(() => true, () => true),
-      new Promise<false>((resolve) => setTimeout(resolve, COMMIT_AFTER_MS, false).unref())
-    ])
-    if (settled) await first // rethrows an immediate failure into the error handler, before any byte is sent
-    await streamCompletion(reply, generation, first, {
-      id, created, model, includeUsage: request.body.stream_options?.include_usage === true, signal
+    const includeUsage = request.body.stream_options?.include_usage === true
+    const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finishReason: ChatCompletionChunk['choices'][0]['finish_reason'] = null): ChatCompletionChunk => ({
+      id,
+      object: 'chat.completion.chunk',
+      created,
+      model,
+      system_fingerprint: null,
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+      ...(includeUsage ? { usage: null } : {})
     })
-    if (!signal.aborted) onServed?.(chat.modelID)
+    const served = await streamGeneration(reply, generation, {
+      signal,
+      opening: [chunk({ role: 'assistant', content: '' })],
+      render: (event) => {
+        switch (event.type) {
+          case 'delta': return event.text === '' ? [] : [chunk({ content: event.text })]
+          // OpenAI's stream: the first delta of a call carries its index, id, type and name; later ones fragments
+          case 'tool_call': return [chunk({ tool_calls: [{ index: event.index, id: event.id, type: 'function', function: { name: event.name, arguments: '' } }] })]
+          case 'tool_arguments': return [chunk({ tool_calls: [{ index: event.index, function: { arguments: event.text } }] })]
+          case 'done': return [
+            chunk({}, event.finishReason),
+            ...(includeUsage ? [{ ...chunk({}), choices: [], usage: toUsage(event.usage) }] : [])
+          ]
+        }
+      }
+    })
+    if (served) onServed?.(chat.modelID)
     return reply
   })
 }
 
-async function streamCompletion (reply: FastifyReply, generation: RoutedGeneration, first: Promise<IteratorResult<ChatEvent>>,
-  context: { id: string, created: number, model: string, includeUsage: boolean, signal: AbortSignal }): Promise<void> {
-  const raw = startSse(reply, { 'x-served-by': generation.servedBy })
-  const out = new SseStream(raw) // one socket write per event-loop turn, not one per token
-  out.comment('stream opened')
-  const stopKeepAlive = keepAlive(raw)
-  const chunk = (delta: ChatCompletionChunk['choices'][0]['delta'], finishReason: 'stop' | 'length' | null): ChatCompletionChunk => ({
-    id: context.id,
-    object: 'chat.completion.chunk',
-    created: context.created,
-    model: context.model,
-    system_fingerprint: null,
-    choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
-    ...(context.includeUsage ? { usage: null } : {})
-  })
-  try {
-    out.data(chunk({ role: 'assistant', content: '' }, null))
-    for (let next = await first; next.done !== true; next = await generation.events.next()) {
-      const event = next.value
-      if (event.type === 'delta') {
-        if (event.text !== '') out.data(chunk({ content: event.text }, null))
-        continue
-      }
-      out.data(chunk({}, event.finishReason))
-      if (context.includeUsage) {
-        out.data({ ...chunk({}, null), choices: [], usage: toUsage(event.usage) })
-      }
-    }
-    out.end('data: [DONE]\n\n')
-  } catch (err) {
-    if (context.signal.aborted) return // the client left; generation has already stopped
-    // Mid-stream failure: an OpenAI-shaped error event, then [DONE], so SDKs surface it instead of hanging.
-    const envelope = toEnvelope(err, reply.request.id, reply.log)
-    out.data(envelope.body)
-    out.end('data: [DONE]\n\n')
-  } finally {
-    stopKeepAlive()
-  }
+/** The header wins over the body's `ptn` (meshnode's extension). */
+export function ptnOf (header: string | string[] | undefined, body: string | null | undefined): string | null {
+  return (typeof header === 'string' && header !== '' ? header : null) ?? body ?? null
 }
 
-function toUsage (usage: ChatUsage): ChatCompletion['usage'] {
+export function toUsage (usage: ChatUsage): Usage {
   return {
     prompt_tokens: usage.promptTokens,
     completion_tokens: usage.completionTokens,
@@ -138,24 +96,57 @@ function toUsage (usage: ChatUsage): ChatCompletion['usage'] {
   }
 }
 
+/** A whole answer from its events: the text, the tool calls with their arguments joined, and how it ended. */
+function assemble (events: ChatEvent[]): { text: string, toolCalls: ToolCallOut[], done: DoneEvent } {
+  let text = ''
+  const toolCalls: ToolCallOut[] = []
+  let done: DoneEvent | null = null
+  for (const event of events) {
+    if (event.type === 'delta') text += event.text
+    else if (event.type === 'tool_call') toolCalls[event.index] = { id: event.id, type: 'function', function: { name: event.name, arguments: '' } }
+    else if (event.type === 'tool_arguments') {
+      const call = toolCalls[event.index]
+      if (call == null) throw new Error(`arguments for tool call ${event.index}, which never started`)
+      call.function.arguments += event.text
+    } else done = event
+  }
+  if (done == null) throw new Error('generation ended without a final event')
+  return { text, toolCalls, done }
+}
+
 /** Maps the OpenAI request onto our engine's request, refusing what we cannot honour by name (never dropping it). */
-export function toChatRequest (body: ChatCompletionRequest): RoutedChatRequest {
+export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { kind: 'chat' } {
   if (body.n != null && body.n > 1) throw new InvalidInputError('n > 1 is not supported: this node returns one choice per request', 'n')
   if (body.logprobs === true) throw new InvalidInputError('logprobs is not supported', 'logprobs')
   if (body.top_logprobs != null && body.top_logprobs > 0) throw new InvalidInputError('top_logprobs is not supported', 'top_logprobs')
-  if (body.tools != null && body.tools.length > 0) throw new InvalidInputError('tools (function calling) is not supported', 'tools')
-  if (body.functions != null && body.functions.length > 0) throw new InvalidInputError('functions (function calling) is not supported', 'functions')
-  if (body.tool_choice != null && body.tool_choice !== 'none') throw new InvalidInputError('tool_choice is not supported', 'tool_choice')
-  if (body.logit_bias != null && Object.keys(body.logit_bias).length > 0) throw new InvalidInputError('logit_bias is not supported', 'logit_bias')
+  if (body.functions != null && body.functions.length > 0) throw new InvalidInputError('functions (the legacy form of function calling) is not supported: send tools', 'functions')
+  if (body.function_call != null) throw new InvalidInputError('function_call (the legacy form of tool_choice) is not supported: send tool_choice', 'function_call')
 
-  const messages: ChatMessage[] = body.messages.map((message, i) => {
-    if (message.role === 'tool' || message.role === 'function' || (message.tool_calls?.length ?? 0) > 0) {
-      throw new InvalidInputError(`messages[${i}]: tool messages are not supported`, `messages.${i}.role`)
+  const messages: ChatMessage[] = body.messages.map((message, i): ChatMessage => {
+    const content = messageText(message.content, i)
+    switch (message.role) {
+      case 'function': throw new InvalidInputError(`messages[${i}]: role function (the legacy form of tool) is not supported: send role tool`, `messages.${i}.role`)
+      case 'tool': return { role: 'tool', content, toolCallID: message.tool_call_id ?? null }
+      case 'assistant': return {
+        role: 'assistant',
+        content,
+        toolCalls: message.tool_calls?.map((call) => ({ id: call.id, name: call.function.name, arguments: call.function.arguments })) ?? null
+      }
+      case 'developer': return { role: 'system', content }
+      default: return { role: message.role, content }
     }
-    return { role: message.role === 'developer' ? 'system' : message.role, content: messageText(message.content, i) }
   })
+  const tools = (body.tools ?? []).map((tool, i) => {
+    if (tool.type !== 'function' || tool.function == null) {
+      throw new InvalidInputError(`tools[${i}]: only tools of type function are supported`, `tools.${i}.type`)
+    }
+    return { name: tool.function.name, description: tool.function.description ?? null, parameters: tool.function.parameters ?? null }
+  })
+  const choice = body.tool_choice
+  const toolChoice: ToolChoice | null = choice == null ? null : typeof choice === 'string' ? choice : { name: choice.function.name }
   const format = body.response_format
   return {
+    kind: 'chat',
     modelID: body.model,
     messages,
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
@@ -166,7 +157,11 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedChatRequest {
     seed: body.seed ?? null,
     presencePenalty: body.presence_penalty ?? null,
     frequencyPenalty: body.frequency_penalty ?? null,
-    responseFormat: format == null ? null : format.type === 'json_schema' ? { type: 'json_schema', schema: format.json_schema.schema } : format
+    logitBias: body.logit_bias ?? null,
+    responseFormat: format == null ? null : format.type === 'json_schema' ? { type: 'json_schema', schema: format.json_schema.schema } : format,
+    tools,
+    toolChoice,
+    parallelToolCalls: body.parallel_tool_calls ?? null
   }
 }
 

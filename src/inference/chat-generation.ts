@@ -1,0 +1,80 @@
+import type { ChatHistoryItem, GbnfJsonSchema, Llama, LlamaGrammar } from 'node-llama-cpp'
+import type { ChatEvent, ChatRequest, FinishReason, ResponseFormat } from './chat.ts'
+import { InvalidGenerationRequestError } from './errors.ts'
+import { toGrammarSchema } from './grammar-schema.ts'
+import { llamaModule } from './llama.ts'
+import { planSampling } from './sampling.ts'
+import { metered, type ModelParts, type SlotWork } from './slot-work.ts'
+import { planTools, toChatHistory, ToolCallEvents } from './tools.ts'
+
+/**
+ * Checks a chat request against the loaded model and plans it: the history in the model's chat template, tools in
+ * its function-call format, a grammar for response_format, sampling. Nothing here takes a slot.
+ */
+export async function planChat (parts: ModelParts, request: ChatRequest): Promise<SlotWork<ChatEvent>> {
+  const history = toChatHistory(request.messages)
+  const tools = await planTools(request, parts.chatWrapper)
+  if (tools != null && request.responseFormat != null && request.responseFormat.type !== 'text') {
+    throw new InvalidGenerationRequestError('response_format cannot be combined with tools unless tool_choice is none', 'responseFormat')
+  }
+  const chatWrapper = tools?.chatWrapper ?? parts.chatWrapper
+  // Rendered exactly as LlamaChat renders a history it has no earlier evaluation of: with the model's turn opened.
+  const rendered = chatWrapper.generateContextState({ chatHistory: withModelTurn(history), availableFunctions: tools?.functions, documentFunctionParams: true })
+  const tokens = rendered.contextText.tokenize(parts.model.tokenizer)
+  const promptTokens = tokens.length
+  // LlamaChat needs one free cell beyond the prompt, and then room for at least one token to sample.
+  const room = parts.contextLength - promptTokens
+  if (room < 2) {
+    throw new InvalidGenerationRequestError(
+      `The messages${tools == null ? '' : ' and tools'} take ${promptTokens} tokens; model ${parts.modelID} has room for ${parts.contextLength - 2} per request`, 'messages')
+  }
+  const { maxTokens, sampling } = await planSampling(request, parts.model, room)
+  const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
+  const { LlamaChat } = await llamaModule()
+  return {
+    tokens,
+    async run (slot, emit, signal) {
+      const chat = new LlamaChat({ contextSequence: slot.sequence, chatWrapper })
+      const calls = new ToolCallEvents(emit)
+      try {
+        const { result, completionTokens } = await metered(slot, async () => await chat.generateResponse(history, {
+          ...sampling,
+          maxTokens,
+          onTextChunk: (text) => { if (text !== '') emit({ type: 'delta', text }) },
+          signal,
+          // Return what was generated instead of throwing, so an aborted generation's usage can still be recorded.
+          stopOnAbortSignal: true,
+          ...(tools == null
+            ? { grammar }
+            : {
+                functions: tools.functions,
+                documentFunctionParams: true,
+                maxParallelFunctionCalls: tools.maxParallelFunctionCalls,
+                onFunctionCallParamsChunk: (chunk) => { calls.paramsChunk(chunk) },
+                onFunctionCall: (call) => { calls.called(call.functionName) }
+              })
+        }))
+        const stopReason = result.metadata.stopReason
+        if (stopReason === 'abort') throw signal.reason
+        const finishReason: FinishReason = stopReason === 'maxTokens' ? 'length' : stopReason === 'functionCalls' ? 'tool_calls' : 'stop'
+        return { type: 'done', finishReason, usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 } }
+      } finally {
+        chat.dispose({ disposeSequence: false })
+      }
+    }
+  }
+}
+
+/** A history ending in a user turn gets an empty model turn to answer in; one ending in a model turn is continued. */
+function withModelTurn (history: ChatHistoryItem[]): ChatHistoryItem[] {
+  return history.at(-1)?.type === 'model' ? history : [...history, { type: 'model', response: [] }]
+}
+
+async function grammarFor (llama: Llama, format: ResponseFormat | null | undefined): Promise<LlamaGrammar | undefined> {
+  if (format == null || format.type === 'text') return undefined
+  if (format.type === 'json_object') return await llama.getGrammarFor('json')
+  if (format.type === 'json_schema') {
+    return await llama.createGrammarForJsonSchema<GbnfJsonSchema>(toGrammarSchema(format.schema, 'responseFormat.schema'))
+  }
+  throw new InvalidGenerationRequestError('responseFormat.type must be text, json_object or json_schema', 'responseFormat.type')
+}

@@ -1,0 +1,75 @@
+import type { Token } from 'node-llama-cpp'
+import type { CompletionEvent, CompletionRequest } from './chat.ts'
+import { InvalidGenerationRequestError } from './errors.ts'
+import { llamaModule } from './llama.ts'
+import { planSampling } from './sampling.ts'
+import { beginningToken, metered, type ModelParts, type SlotWork } from './slot-work.ts'
+
+/**
+ * Plans a text completion: the model continues the prompt as raw text, no chat template. With a `suffix`, it fills
+ * in the middle, in the model's own infill format; a model without infill tokens cannot, and the request is refused
+ * rather than answered as a plain continuation that ignores the suffix.
+ */
+export async function planCompletion (parts: ModelParts, request: CompletionRequest): Promise<SlotWork<CompletionEvent>> {
+  const { model, modelID, contextLength } = parts
+  if (typeof request.prompt !== 'string') throw new InvalidGenerationRequestError('prompt must be a string', 'prompt')
+  const suffix = request.suffix ?? null
+  if (suffix != null && typeof suffix !== 'string') throw new InvalidGenerationRequestError('suffix must be a string', 'suffix')
+  const infill = suffix != null && suffix !== '' // OpenAI reads an empty suffix as none
+  const { prefix: prefixToken, suffix: suffixToken, middle: middleToken } = model.tokens.infill
+  if (infill && (prefixToken == null || suffixToken == null)) {
+    throw new InvalidGenerationRequestError(`Model ${modelID} has no fill-in-the-middle tokens, so it cannot complete between a prompt and a suffix`, 'suffix')
+  }
+  // The input exactly as LlamaCompletion builds it (what a slot's cache is matched against, and what is counted):
+  // the beginning token, then the text; for infill, its markers around prefix and suffix. It is given no room to
+  // shift the context, so this is exactly what the model reads.
+  const bos = beginningToken(model)
+  const prompt = model.tokenize(request.prompt, false, bos != null || infill ? 'trimLeadingSpace' : undefined)
+  let tokens: Token[]
+  if (infill) {
+    const after = model.tokenize(suffix, false, 'trimLeadingSpace')
+    const body = middleToken == null
+      ? [suffixToken as Token, ...after, prefixToken as Token, ...prompt]
+      : [prefixToken as Token, ...prompt, suffixToken as Token, ...after, middleToken]
+    tokens = [...(bos == null ? [] : [bos]), ...body]
+  } else {
+    tokens = [...(bos == null ? [] : [bos]), ...prompt]
+  }
+  const promptTokens = tokens.length
+  if (promptTokens === 0) throw new InvalidGenerationRequestError('prompt must not be empty', 'prompt')
+  const room = contextLength - promptTokens
+  if (room < 2) {
+    throw new InvalidGenerationRequestError(`The prompt takes ${promptTokens} tokens; model ${modelID} has room for ${contextLength - 2} per request`, 'prompt')
+  }
+  const { maxTokens, sampling } = await planSampling(request, model, room)
+  const { LlamaCompletion } = await llamaModule()
+  return {
+    tokens,
+    async run (slot, emit, signal) {
+      const completion = new LlamaCompletion({ contextSequence: slot.sequence })
+      const options = {
+        ...sampling,
+        maxTokens,
+        onTextChunk: (text: string) => { if (text !== '') emit({ type: 'delta', text }) },
+        signal,
+        stopOnAbortSignal: true,
+        // A prompt that does not fit was refused above; shifting would silently drop its beginning.
+        disableContextShift: true
+      }
+      try {
+        const { result, completionTokens } = await metered(slot, async () => infill
+          ? await completion.generateInfillCompletionWithMeta(request.prompt, suffix, options)
+          : await completion.generateCompletionWithMeta(request.prompt, options))
+        const stopReason = result.metadata.stopReason
+        if (stopReason === 'abort') throw signal.reason
+        return {
+          type: 'done',
+          finishReason: stopReason === 'maxTokens' ? 'length' : 'stop',
+          usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 }
+        }
+      } finally {
+        completion.dispose({ disposeSequence: false })
+      }
+    }
+  }
+}
