@@ -19,6 +19,8 @@ export interface TinyGgufOptions {
   name?: string
   /** `llama.context_length`: a long one lets a test hold a slot busy for a while. Default 512. */
   contextLength?: number
+  /** Adds fill-in-the-middle tokens (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`), as code models have. */
+  infill?: boolean
 }
 
 export interface TinyGguf { path: string, sha256: string, sizeBytes: number }
@@ -59,7 +61,9 @@ export async function writeTinyGguf (path: string, options: TinyGgufOptions = {}
 
 interface Vocabulary { tokens: string[], scores: number[], types: number[] }
 
-function buildVocabulary (): Vocabulary {
+const FIM_TOKENS = ['<|fim_prefix|>', '<|fim_suffix|>', '<|fim_middle|>'] as const
+
+function buildVocabulary (infill: boolean): Vocabulary {
   const vocabulary: Vocabulary = { tokens: [], scores: [], types: [] }
   const seen = new Set<string>()
   const add = (token: string, type: number, score: number): void => {
@@ -78,6 +82,7 @@ function buildVocabulary (): Vocabulary {
   }
   add('<|im_start|>', TOKEN_CONTROL, 0)
   add('<|im_end|>', TOKEN_CONTROL, 0)
+  if (infill) for (const token of FIM_TOKENS) add(token, TOKEN_CONTROL, 0)
   let rank = 0
   const single = '▁abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?\'-:;()'
   for (const char of single) add(char, TOKEN_NORMAL, -(rank++))
@@ -113,8 +118,8 @@ export type GgufTensor =
   | { name: string, dims: number[], type: 'q8_0', data: Buffer }
 
 function encodeTinyGguf (options: TinyGgufOptions): Buffer {
-  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH } = options
-  const vocabulary = buildVocabulary()
+  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false } = options
+  const vocabulary = buildVocabulary(infill)
   const metadata: Array<[string, MetadataValue]> = [
     ['general.architecture', { type: 'string', value: 'llama' }],
     ['general.name', { type: 'string', value: name }],
@@ -141,6 +146,14 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
     ['tokenizer.ggml.add_eos_token', { type: 'bool', value: false }]
   ]
   if (chatTemplate != null) metadata.push(['tokenizer.chat_template', { type: 'string', value: chatTemplate }])
+  if (infill) {
+    const [prefix, suffix, middle] = FIM_TOKENS.map((token) => vocabulary.tokens.indexOf(token))
+    metadata.push(
+      ['tokenizer.ggml.fim_pre_token_id', { type: 'u32', value: prefix }],
+      ['tokenizer.ggml.fim_suf_token_id', { type: 'u32', value: suffix }],
+      ['tokenizer.ggml.fim_mid_token_id', { type: 'u32', value: middle }]
+    )
+  }
   return encodeGguf(metadata, buildTensors(vocabulary, seed))
 }
 
