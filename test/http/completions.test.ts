@@ -2,7 +2,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
-import OpenAI from 'openai'
+import type OpenAI from 'openai'
 import { collectSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 import { tempDir } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'

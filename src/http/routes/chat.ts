@@ -1,20 +1,21 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
-import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, ToolChoice } from '../../inference/index.ts'
+import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, SamplingRequest, ToolChoice } from '../../inference/index.ts'
 import { collectGeneration, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
-import { ChatCompletion, ChatCompletionRequest, type ChatCompletionChunk, type ToolCallOut, type Usage } from '../schemas/openai.ts'
+import { ChatCompletion, ChatCompletionRequest, type ChatCompletionChunk, type CompletionRequest, type ToolCallOut, type Usage } from '../schemas/openai.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { clientGone } from '../sse.ts'
 
-export interface ChatRoutesOptions {
+/** What every OpenAI generation route (chat, completions, embeddings) is given. */
+export interface InferenceRoutesOptions {
   router: ChatRouter
   /** Called when a request was served, for the models' least-recently-used bookkeeping. */
   onServed?: (modelID: string) => void
 }
 
-export const chatRoutes: FastifyPluginAsyncZod<ChatRoutesOptions> = async (app, { router, onServed }) => {
+export const chatRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { router, onServed }) => {
   app.post('/v1/chat/completions', {
     schema: { tags: ['openai'], body: ChatCompletionRequest, response: { 200: ChatCompletion, ...errorResponses } }
   }, async (request, reply) => {
@@ -149,7 +150,19 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
     kind: 'chat',
     modelID: body.model,
     messages,
+    ...toSampling(body),
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? null,
+    responseFormat: format == null ? null : format.type === 'json_schema' ? { type: 'json_schema', schema: format.json_schema.schema } : format,
+    tools,
+    toolChoice,
+    parallelToolCalls: body.parallel_tool_calls ?? null
+  }
+}
+
+/** The sampling parameters chat and text completions share, in the engine's terms. */
+export function toSampling (body: ChatCompletionRequest | CompletionRequest): SamplingRequest {
+  return {
+    maxTokens: body.max_tokens ?? null,
     temperature: body.temperature ?? null,
     topP: body.top_p ?? null,
     topK: body.top_k ?? null,
@@ -157,11 +170,7 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
     seed: body.seed ?? null,
     presencePenalty: body.presence_penalty ?? null,
     frequencyPenalty: body.frequency_penalty ?? null,
-    logitBias: body.logit_bias ?? null,
-    responseFormat: format == null ? null : format.type === 'json_schema' ? { type: 'json_schema', schema: format.json_schema.schema } : format,
-    tools,
-    toolChoice,
-    parallelToolCalls: body.parallel_tool_calls ?? null
+    logitBias: body.logit_bias ?? null
   }
 }
 

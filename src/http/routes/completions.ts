@@ -1,25 +1,19 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
-import type { ChatRouter, CompletionEvent, DoneEvent, RoutedGeneration, RoutedRequest } from '../../inference/index.ts'
+import type { CompletionEvent, DoneEvent, RoutedGeneration, RoutedRequest } from '../../inference/index.ts'
 import { collectGeneration, streamGeneration } from '../generation-stream.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { CompletionRequest, TextCompletion } from '../schemas/openai.ts'
 import { requesterOf } from '../guards.ts'
 import { clientGone } from '../sse.ts'
-import { ptnOf, toUsage } from './chat.ts'
+import { ptnOf, toSampling, toUsage, type InferenceRoutesOptions } from './chat.ts'
 
 /** OpenAI's documented default for /v1/completions: a client that names no max_tokens gets a short answer. */
 export const DEFAULT_COMPLETION_MAX_TOKENS = 16
 
-export interface CompletionRoutesOptions {
-  router: ChatRouter
-  /** Called when a request was served, for the models' least-recently-used bookkeeping. */
-  onServed?: (modelID: string) => void
-}
-
 /** POST /v1/completions: legacy text completion (LlamaIndex's OpenAILike, code completion with `suffix`). */
-export const completionRoutes: FastifyPluginAsyncZod<CompletionRoutesOptions> = async (app, { router, onServed }) => {
+export const completionRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { router, onServed }) => {
   app.post('/v1/completions', {
     schema: { tags: ['openai'], body: CompletionRequest, response: { 200: TextCompletion, ...errorResponses } }
   }, async (request, reply) => {
@@ -69,15 +63,8 @@ function toCompletionRequest (body: CompletionRequest): RoutedRequest & { kind: 
     modelID: body.model,
     prompt: promptText(body.prompt),
     suffix: body.suffix ?? null,
-    maxTokens: body.max_tokens ?? DEFAULT_COMPLETION_MAX_TOKENS,
-    temperature: body.temperature ?? null,
-    topP: body.top_p ?? null,
-    topK: body.top_k ?? null,
-    stop: body.stop == null ? null : typeof body.stop === 'string' ? [body.stop] : body.stop,
-    seed: body.seed ?? null,
-    presencePenalty: body.presence_penalty ?? null,
-    frequencyPenalty: body.frequency_penalty ?? null,
-    logitBias: body.logit_bias ?? null
+    ...toSampling(body),
+    maxTokens: body.max_tokens ?? DEFAULT_COMPLETION_MAX_TOKENS
   }
 }
 

@@ -1,21 +1,15 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
-import type { ChatRouter, DoneEvent, EmbeddingEvent, RoutedGeneration } from '../../inference/index.ts'
+import type { DoneEvent, EmbeddingEvent, RoutedGeneration } from '../../inference/index.ts'
 import { collectGeneration } from '../generation-stream.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { EmbeddingList, EmbeddingRequest } from '../schemas/openai.ts'
 import { requesterOf } from '../guards.ts'
 import { clientGone } from '../sse.ts'
-import { ptnOf } from './chat.ts'
-
-export interface EmbeddingRoutesOptions {
-  router: ChatRouter
-  /** Called when a request was served, for the models' least-recently-used bookkeeping. */
-  onServed?: (modelID: string) => void
-}
+import { ptnOf, type InferenceRoutesOptions } from './chat.ts'
 
 /** POST /v1/embeddings: one vector per input string, as floats or as base64 of little-endian float32 (RAG stacks). */
-export const embeddingRoutes: FastifyPluginAsyncZod<EmbeddingRoutesOptions> = async (app, { router, onServed }) => {
+export const embeddingRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { router, onServed }) => {
   app.post('/v1/embeddings', {
     schema: { tags: ['openai'], body: EmbeddingRequest, response: { 200: EmbeddingList, ...errorResponses } }
   }, async (request, reply) => {
