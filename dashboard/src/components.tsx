@@ -142,3 +142,18 @@ export function Section ({ title, children, actions }: { title: string, children
     </section>
   )
 }
+
+/** A table with its scrolling wrapper and a header row of column names; rows come as children. */
+export function DataTable ({ testID, columns, children }: { testID: string, columns: string[], children: ComponentChildren }): JSX.Element {
+  return (
+    <div class='table-wrap'>
+      <table data-testid={testID}>
+        <thead>
+          <tr>{columns.map((column) => <th key={column} scope='col'>{column}</th>)}</tr>
+        </thead>
+        <tbody>{children}</tbody>
+      </table>
+    </div>
+  )
+}
+

@@ -1,15 +1,9 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Writable } from 'node:stream'
-import { join } from 'node:path'
-import { startTestNode, tempDir } from '../support/node.ts'
-import { buildHttpApp } from '../../src/http/app.ts'
-import { openDatabase } from '../../src/store/index.ts'
-import { SettingsStore } from '../../src/settings/index.ts'
-import { ApiKeys, Sessions } from '../../src/keys/index.ts'
-import { MetricsRegistry } from '../../src/metrics/index.ts'
+import { startTestNode } from '../support/node.ts'
+import { bareHttpApp } from '../support/bare-app.ts'
 import { createLogger } from '../../src/log.ts'
-import { LocalEngine, LocalRouter } from '../../src/inference/index.ts'
 
 test('GET /health answers the contract shape without a key', async (t) => {
   const { api, nodeID } = await startTestNode(t)
@@ -90,23 +84,9 @@ test('GET /metrics speaks the Prometheus text format and counts requests by rout
 
 test('a 500 carries a request id and no stack or cause, and is logged once with that id', async (t) => {
   // The real app and error mapper, with a snapshot provider that fails the way a bug would.
-  const dir = await tempDir(t)
-  const db = openDatabase(join(dir, 'meshnode.db'))
-  t.after(() => { db.close() })
   const lines: string[] = []
   const log = createLogger('info', new Writable({ write (chunk, _enc, done) { lines.push(String(chunk)); done() } }))
-  const keys = new ApiKeys({ db }, { adminToken: 'x'.repeat(43) })
-  const app = await buildHttpApp({
-    log,
-    settings: new SettingsStore({ db }),
-    keys,
-    sessions: new Sessions({ keys }),
-    metrics: new MetricsRegistry(),
-    health: () => ({ status: 'ok', version: '0', nodeID: 'n', uptimeSeconds: 0 }),
-    snapshot: () => { throw new Error('secret detail at /home/user/.meshnode') },
-    router: new LocalRouter({ engine: new LocalEngine({}), sameModel: (a, b) => a === b })
-  }, { version: '0', allowedHosts: [], allowedOrigins: [] })
-  t.after(() => app.close())
+  const app = await bareHttpApp(t, { log, snapshot: () => { throw new Error('secret detail at /home/user/.meshnode') } })
   const res = await app.inject({ method: 'GET', url: '/v1/app', headers: { host: '127.0.0.1' } })
   assert.equal(res.statusCode, 500)
   const body = res.json()

@@ -6,13 +6,7 @@ import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
 import { DASHBOARD_DIR } from '../../src/config.ts'
-import { buildHttpApp } from '../../src/http/app.ts'
-import { ApiKeys, Sessions } from '../../src/keys/index.ts'
-import { LocalEngine, LocalRouter } from '../../src/inference/index.ts'
-import { MetricsRegistry } from '../../src/metrics/index.ts'
-import { SettingsStore } from '../../src/settings/index.ts'
-import { openDatabase } from '../../src/store/index.ts'
-import { createLogger } from '../../src/log.ts'
+import { bareHttpApp } from '../support/bare-app.ts'
 import { startTestNode, tempDir } from '../support/node.ts'
 
 /** The budget for the JavaScript sent to the browser, gzipped. */
@@ -85,22 +79,7 @@ test('the JavaScript sent to the browser is under 200 KB gzipped', async (t) => 
 })
 
 test('a node whose dashboard was never built says how to build it, and its API works', async (t) => {
-  const dir = await tempDir(t)
-  const db = openDatabase(join(dir, 'meshnode.db'))
-  t.after(() => { db.close() })
-  const keys = new ApiKeys({ db }, { adminToken: 'x'.repeat(43) })
-  const app = await buildHttpApp({
-    log: createLogger('silent'),
-    settings: new SettingsStore({ db }),
-    keys,
-    sessions: new Sessions({ keys }),
-    metrics: new MetricsRegistry(),
-    health: () => ({ status: 'ok', version: '0', nodeID: 'n', uptimeSeconds: 0 }),
-    snapshot: () => { throw new Error('not used') },
-    router: new LocalRouter({ engine: new LocalEngine({}), sameModel: (a, b) => a === b }),
-    dashboardDir: join(dir, 'no-build-here')
-  }, { version: '0', allowedHosts: [], allowedOrigins: [] })
-  t.after(() => app.close())
+  const app = await bareHttpApp(t, { dashboardDir: join(await tempDir(t), 'no-build-here') })
   const res = await app.inject({ method: 'GET', url: '/', headers: { host: '127.0.0.1' } })
   assert.equal(res.statusCode, 503)
   assert.match(res.body, /npm run build:dashboard/)

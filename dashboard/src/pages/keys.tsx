@@ -4,7 +4,7 @@ import { useCallback, useEffect, useState } from 'preact/hooks'
 import type { ApiKeyList, ApiKeyRow, GeneratedApiKey } from '../../../src/http/schemas/apikeys.ts'
 import { get, post } from '../api.ts'
 import type { PageProps } from '../app.tsx'
-import { ConfirmDialog, Copyable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
+import { ConfirmDialog, Copyable, DataTable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
 import { formatTime } from '../format.ts'
 import { useLanguage, useT } from '../i18n.ts'
 
@@ -53,37 +53,23 @@ export function KeysPage (_props: PageProps): JSX.Element {
         {keys.length === 0
           ? <p>{t('keys.none')}</p>
           : (
-            <div class='table-wrap'>
-              <table data-testid='keys-table'>
-                <thead>
-                  <tr>
-                    <th scope='col'>{t('keys.name')}</th>
-                    <th scope='col'>{t('keys.key')}</th>
-                    <th scope='col'>{t('keys.created')}</th>
-                    <th scope='col'>{t('keys.lastUsed')}</th>
-                    <th scope='col'>{t('keys.status')}</th>
-                    <th scope='col'>{t('common.actions')}</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {keys.map((key) => (
-                    <tr key={key.id} data-key-id={key.id}>
-                      <th scope='row'>{key.name}</th>
-                      <td><code data-testid='key-prefix'>{key.prefix}</code></td>
-                      <td>{formatTime(key.created, language)}</td>
-                      <td>{key.lastUsed == null ? t('keys.never') : formatTime(key.lastUsed, language)}</td>
-                      <td>{key.status === 'active' ? t('keys.active') : t('keys.revoked')}</td>
-                      <td>
-                        {key.status === 'active' && (
-                          <button type='button' class='small danger' aria-label={t('keys.revokeNamed', { name: key.name })}
-                            onClick={() => { setRevoking(key) }}>{t('keys.revoke')}</button>
-                        )}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <DataTable testID='keys-table' columns={[t('keys.name'), t('keys.key'), t('keys.created'), t('keys.lastUsed'), t('keys.status'), t('common.actions')]}>
+              {keys.map((key) => (
+                <tr key={key.id} data-key-id={key.id}>
+                  <th scope='row'>{key.name}</th>
+                  <td><code data-testid='key-prefix'>{key.prefix}</code></td>
+                  <td>{formatTime(key.created, language)}</td>
+                  <td>{key.lastUsed == null ? t('keys.never') : formatTime(key.lastUsed, language)}</td>
+                  <td>{key.status === 'active' ? t('keys.active') : t('keys.revoked')}</td>
+                  <td>
+                    {key.status === 'active' && (
+                      <button type='button' class='small danger' aria-label={t('keys.revokeNamed', { name: key.name })}
+                        onClick={() => { setRevoking(key) }}>{t('keys.revoke')}</button>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </DataTable>
             )}
       </Section>
       {revoking != null && (

@@ -7,7 +7,7 @@ import type { ModelList } from '../../../src/http/schemas/models.ts'
 import type { NodeEventData } from '../../../src/http/schemas/events.ts'
 import { get, post } from '../api.ts'
 import type { PageProps } from '../app.tsx'
-import { ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
+import { DataTable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
 import { formatBytes, formatDuration, formatRate } from '../format.ts'
 import { useT, type MessageKey } from '../i18n.ts'
 import { useLive } from '../live.ts'
@@ -70,51 +70,37 @@ export function ModelsPage ({ snapshot, refresh }: PageProps): JSX.Element {
       </Section>
       <Section title={t('models.list')}>
         <ErrorText error={action.error ?? loadError} />
-        <div class='table-wrap'>
-          <table data-testid='models-table'>
-            <thead>
-              <tr>
-                <th scope='col'>{t('models.model')}</th>
-                <th scope='col'>{t('models.params')}</th>
-                <th scope='col'>{t('models.quant')}</th>
-                <th scope='col'>{t('models.size')}</th>
-                <th scope='col'>{t('models.status')}</th>
-                <th scope='col'>{t('common.actions')}</th>
-              </tr>
-            </thead>
-            <tbody>
-              {models.map((m) => (
-                <tr key={m.modelID} data-model-id={m.modelID}>
-                  <th scope='row'><span class='model-name'>{m.name}</span><br /><code class='muted'>{m.modelID}</code></th>
-                  <td>{m.parameters ?? '—'}</td>
-                  <td>{m.quantization ?? '—'}</td>
-                  <td class='nowrap'>{formatBytes(m.sizeBytes)}</td>
-                  <td>
-                    <span class={`status status-${m.status}`} data-testid='model-status'>
-                      {verifying.has(m.modelID) ? t('models.verifying') : t(STATUS_KEYS[m.status])}
-                    </span>
-                    {m.status === 'downloading' && m.progress != null && <DownloadProgress name={m.name} progress={m.progress} />}
-                    {m.status === 'failed' && m.error != null && <p class='error small-text'>{m.error}</p>}
-                  </td>
-                  <td class='row-actions'>
-                    {(m.status === 'available' || m.status === 'failed') && (
-                      <button type='button' class='small' disabled={action.busy} aria-label={t('models.downloadNamed', { name: m.name })}
-                        onClick={() => { act('/v1/app/models/download', { modelID: m.modelID }) }}>{t('models.download')}</button>
-                    )}
-                    {m.status === 'downloaded' && (
-                      <button type='button' class='small' disabled={action.busy} aria-label={t('models.loadNamed', { name: m.name })}
-                        onClick={() => { act('/v1/app/models/load', { modelID: m.modelID }) }}>{t('models.load')}</button>
-                    )}
-                    {m.status === 'loaded' && (
-                      <button type='button' class='small secondary' disabled={action.busy} aria-label={t('models.unloadNamed', { name: m.name })}
-                        onClick={() => { act('/v1/app/models/unload') }}>{t('models.unload')}</button>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable testID='models-table' columns={[t('models.model'), t('models.params'), t('models.quant'), t('models.size'), t('models.status'), t('common.actions')]}>
+          {models.map((m) => (
+            <tr key={m.modelID} data-model-id={m.modelID}>
+              <th scope='row'><span class='model-name'>{m.name}</span><br /><code class='muted'>{m.modelID}</code></th>
+              <td>{m.parameters ?? '—'}</td>
+              <td>{m.quantization ?? '—'}</td>
+              <td class='nowrap'>{formatBytes(m.sizeBytes)}</td>
+              <td>
+                <span class={`status status-${m.status}`} data-testid='model-status'>
+                  {verifying.has(m.modelID) ? t('models.verifying') : t(STATUS_KEYS[m.status])}
+                </span>
+                {m.status === 'downloading' && m.progress != null && <DownloadProgress name={m.name} progress={m.progress} />}
+                {m.status === 'failed' && m.error != null && <p class='error small-text'>{m.error}</p>}
+              </td>
+              <td class='row-actions'>
+                {(m.status === 'available' || m.status === 'failed') && (
+                  <button type='button' class='small' disabled={action.busy} aria-label={t('models.downloadNamed', { name: m.name })}
+                    onClick={() => { act('/v1/app/models/download', { modelID: m.modelID }) }}>{t('models.download')}</button>
+                )}
+                {m.status === 'downloaded' && (
+                  <button type='button' class='small' disabled={action.busy} aria-label={t('models.loadNamed', { name: m.name })}
+                    onClick={() => { act('/v1/app/models/load', { modelID: m.modelID }) }}>{t('models.load')}</button>
+                )}
+                {m.status === 'loaded' && (
+                  <button type='button' class='small secondary' disabled={action.busy} aria-label={t('models.unloadNamed', { name: m.name })}
+                    onClick={() => { act('/v1/app/models/unload') }}>{t('models.unload')}</button>
+                )}
+              </td>
+            </tr>
+          ))}
+        </DataTable>
       </Section>
       <DownloadForm onDone={() => { reload(); refresh() }} />
       <ImportForm onDone={() => { reload(); refresh() }} />

@@ -5,7 +5,7 @@ import { useCallback, useEffect, useState } from 'preact/hooks'
 import type { CertificateResult, Invite, Membership, MembershipList } from '../../../src/http/schemas/ptn.ts'
 import { ApiError, get, post } from '../api.ts'
 import type { PageProps } from '../app.tsx'
-import { ConfirmDialog, Copyable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
+import { ConfirmDialog, Copyable, DataTable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
 import { shortID } from '../format.ts'
 import { useT } from '../i18n.ts'
 
@@ -28,35 +28,21 @@ export function PtnPage ({ refresh }: PageProps): JSX.Element {
         {memberships.length === 0
           ? <p>{t('ptn.none')}</p>
           : (
-            <div class='table-wrap'>
-              <table data-testid='ptn-table'>
-                <thead>
-                  <tr>
-                    <th scope='col'>{t('ptn.name')}</th>
-                    <th scope='col'>{t('ptn.id')}</th>
-                    <th scope='col'>{t('ptn.role')}</th>
-                    <th scope='col'>{t('ptn.members')}</th>
-                    <th scope='col'>{t('ptn.status')}</th>
-                    <th scope='col'>{t('common.actions')}</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {memberships.map((m) => (
-                    <tr key={m.ptnID}>
-                      <th scope='row'>{m.name}</th>
-                      <td><Copyable value={m.ptnID} label={t('ptn.copyID')} /></td>
-                      <td>{m.role}</td>
-                      <td>{m.members}</td>
-                      <td>{m.status}</td>
-                      <td>
-                        <button type='button' class='small secondary' aria-pressed={selected === m.ptnID}
-                          aria-label={t('ptn.manageNamed', { name: m.name })} onClick={() => { setSelected(m.ptnID) }}>{t('ptn.manage')}</button>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <DataTable testID='ptn-table' columns={[t('ptn.name'), t('ptn.id'), t('ptn.role'), t('ptn.members'), t('ptn.status'), t('common.actions')]}>
+              {memberships.map((m) => (
+                <tr key={m.ptnID}>
+                  <th scope='row'>{m.name}</th>
+                  <td><Copyable value={m.ptnID} label={t('ptn.copyID')} /></td>
+                  <td>{m.role}</td>
+                  <td>{m.members}</td>
+                  <td>{m.status}</td>
+                  <td>
+                    <button type='button' class='small secondary' aria-pressed={selected === m.ptnID}
+                      aria-label={t('ptn.manageNamed', { name: m.name })} onClick={() => { setSelected(m.ptnID) }}>{t('ptn.manage')}</button>
+                  </td>
+                </tr>
+              ))}
+            </DataTable>
             )}
       </Section>
       {current != null && <ManagePtn key={current.ptnID} membership={current} onChanged={changed} />}

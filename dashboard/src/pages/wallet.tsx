@@ -5,7 +5,7 @@ import type { PeerList } from '../../../src/http/schemas/peers.ts'
 import type { SendResult, TransactionList, WalletSummary, WalletTransaction } from '../../../src/http/schemas/wallet.ts'
 import { get, post } from '../api.ts'
 import type { PageProps } from '../app.tsx'
-import { ConfirmDialog, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
+import { ConfirmDialog, DataTable, ErrorText, Field, Section, fieldError, useAction } from '../components.tsx'
 import { formatCredits, formatTime, shortID } from '../format.ts'
 import { useLanguage, useT, type MessageKey } from '../i18n.ts'
 import { useLive } from '../live.ts'
@@ -62,22 +62,9 @@ export function WalletPage (_props: PageProps): JSX.Element {
       </Section>
       <SendForm peers={peers} onSent={reload} />
       <Section title={t('wallet.transactions')}>
-        <div class='table-wrap'>
-          <table data-testid='transactions-table'>
-            <thead>
-              <tr>
-                <th scope='col'>{t('wallet.time')}</th>
-                <th scope='col'>{t('wallet.type')}</th>
-                <th scope='col'>{t('wallet.amount')}</th>
-                <th scope='col'>{t('wallet.peer')}</th>
-                <th scope='col'>{t('wallet.memo')}</th>
-              </tr>
-            </thead>
-            <tbody>
-              {transactions.map((tx) => <TransactionRow key={tx.id} tx={tx} peers={peers} />)}
-            </tbody>
-          </table>
-        </div>
+        <DataTable testID='transactions-table' columns={[t('wallet.time'), t('wallet.type'), t('wallet.amount'), t('wallet.peer'), t('wallet.memo')]}>
+          {transactions.map((tx) => <TransactionRow key={tx.id} tx={tx} peers={peers} />)}
+        </DataTable>
         <div class='pager'>
           <button type='button' class='secondary small' disabled={page === 0} onClick={() => { setPage(page - 1) }}>{t('common.previous')}</button>
           <span>{t('common.page', { page: page + 1, pages })}</span>
