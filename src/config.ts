@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url'
 import type { DemandDrivenModelsOptions } from './network/demand-driven-models.ts'
 import type { PeerNetworkOptions } from './network/peer-network.ts'
 import type { AgentServiceOptions } from './agent/index.ts'
+import type { ConnectionLimits } from './http/connections.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
@@ -51,6 +52,8 @@ export interface NodeConfig {
   p2pListen: string[] | null
   /** Peer network tunables (heartbeat, WAN sync and backoff, demand-driven models); tests and the bench shorten them. */
   network?: Omit<PeerNetworkOptions, 'listen'> & { demand?: DemandDrivenModelsOptions }
+  /** HTTP timeouts and the per-address connection cap (defaults in src/http/connections.ts); tests shorten them. */
+  http?: Partial<ConnectionLimits>
   /** Agent tunables (answer length, timeouts); tests shorten them. */
   agent?: AgentServiceOptions
 }

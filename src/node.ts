@@ -179,7 +179,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         ptn: { memberships: ptn.countInEffect() },
         settings: settings.redacted()
       })
-    }, { version: VERSION, allowedOrigins: config.allowedOrigins, allowedHosts: config.allowedHosts })
+    }, { version: VERSION, allowedOrigins: config.allowedOrigins, allowedHosts: config.allowedHosts, limits: config.http })
     cleanups.unshift(async () => {
       // Requests in flight may finish, but not forever: a long generation or agent exchange is cut after the grace
       // period so that a SIGTERM always ends in a clean database close.

@@ -8,7 +8,10 @@ import type { ApiKeys, Sessions } from '../keys/index.ts'
 import type { MetricsRegistry } from '../metrics/index.ts'
 import type { ModelStore } from '../models/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
-import { errorHandler, notFoundHandler } from './errors.ts'
+import { UnavailableError } from '../errors.ts'
+import { DEFAULT_CONNECTION_LIMITS, capConnectionsPerAddress, serverOptions, type ConnectionLimits } from './connections.ts'
+import { clientErrorHandler, errorHandler, notFoundHandler } from './errors.ts'
+import { RouteTable } from './route-table.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
 import { registerScopeGuard } from './scopes.ts'
 import { registerStreamRevocation } from './open-streams.ts'
@@ -71,6 +74,8 @@ export interface HttpDeps {
 
 export interface HttpOptions extends GuardOptions {
   version: string
+  /** Timeouts and the per-address connection cap; each defaults to DEFAULT_CONNECTION_LIMITS. */
+  limits?: Partial<ConnectionLimits>
 }
 
 /**
@@ -78,6 +83,7 @@ export interface HttpOptions extends GuardOptions {
  * overridden, so every failure, from any plugin, answers in the one envelope.
  */
 export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promise<HttpApp> {
+  const limits: ConnectionLimits = { ...DEFAULT_CONNECTION_LIMITS, ...options.limits }
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
@@ -85,7 +91,14 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     allowErrorHandlerOverride: false,
-    return503OnClosing: true,
+    // Requests that arrive while the node closes get a 503 in our envelope (the hook below), not fastify's own body.
+    return503OnClosing: false,
+    // Node's refusals and fastify's routing refusals (a malformed or overlong URL) answer in the envelope too.
+    clientErrorHandler,
+    frameworkErrors: errorHandler,
+    http: serverOptions(limits),
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
     // Ids (conversation, PTN, key) can be longer than find-my-way's default of 100, which answers 414 outside our envelope.
     routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: 'idle'
@@ -93,7 +106,15 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   app.setValidatorCompiler(validatorCompiler)
   app.setSerializerCompiler(serializerCompiler)
   app.setErrorHandler(errorHandler)
-  app.setNotFoundHandler(notFoundHandler)
+  const routes = new RouteTable()
+  app.addHook('onRoute', (route) => { routes.add(route.method, route.url) })
+  app.setNotFoundHandler(notFoundHandler((path) => routes.methodsFor(path)))
+  capConnectionsPerAddress(app.server, limits.maxConnectionsPerAddress, deps.log)
+  let closing = false
+  app.addHook('preClose', async () => { closing = true })
+  app.addHook('onRequest', async () => {
+    if (closing) throw new UnavailableError('meshnode is shutting down')
+  })
 
   const requests = deps.metrics.counter('meshnode_http_requests_total', 'HTTP requests by route and status')
   const latency = deps.metrics.histogram('meshnode_http_request_duration_seconds', 'HTTP request latency by route',

@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyBaseLogger } from 'fastify'
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod'
 import {
@@ -46,7 +48,24 @@ export function classify (err: unknown, requestID: string): Classified {
   if (err instanceof BusyError) return { ...plain(429, 'rate_limit_error', err.message), retryAfterSeconds: err.retryAfterSeconds }
   if (err instanceof UnavailableError) return plain(503, 'service_unavailable', err.message)
   if (err instanceof InsufficientStorageError) return plain(507, 'insufficient_storage', err.message)
+  if (err instanceof MethodNotAllowedError) return plain(405, 'method_not_allowed', err.message)
   return fromFastifyError(err) ?? plain(500, 'internal_error', `internal error (request ${requestID})`)
+}
+
+/** A known path asked with a method it does not have; `allow` lists those it has (the `Allow` header). */
+export class MethodNotAllowedError extends Error {
+  override name = 'MethodNotAllowedError'
+  readonly allow: readonly string[]
+  constructor (method: string, path: string, allow: readonly string[]) {
+    super(`Method ${method} is not allowed on ${path}; use ${allow.join(', ')}`)
+    this.allow = allow
+  }
+}
+
+/** The client went away before its request was read: nobody will see an answer, and it is not our failure. */
+function isClientGone (err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | null)?.code
+  return code === 'ECONNRESET' || code === 'ECONNABORTED' || code === 'EPIPE' || code === 'ERR_STREAM_PREMATURE_CLOSE'
 }
 
 function fromFastifyError (err: unknown): Classified | null {
@@ -61,10 +80,15 @@ function fromFastifyError (err: unknown): Classified | null {
       : `Invalid ${where} field ${param}: ${first.message ?? 'malformed'}`
     return plain(400, 'invalid_request_error', message, param)
   }
+  if (isClientGone(err)) return plain(400, 'invalid_request_error', 'The client closed the connection before the request was read')
   const code = (err as FastifyError | null)?.code
   switch (code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return plain(413, 'request_too_large', 'Request body is larger than 1 MiB')
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return plain(414, 'request_too_large', 'A path segment is longer than 1024 characters')
+    case 'FST_ERR_BAD_URL':
+      return plain(400, 'invalid_request_error', 'The URL is not valid: a percent-encoding is malformed')
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
@@ -75,6 +99,11 @@ function fromFastifyError (err: unknown): Classified | null {
   // JSON.parse failures from fastify's body parser carry status 400 and no code in some versions.
   if (err instanceof SyntaxError && (err as FastifyError).statusCode === 400) {
     return plain(400, 'invalid_request_error', `Malformed JSON body: ${err.message}`)
+  }
+  // Any other refusal fastify makes (its errors carry a 4xx statusCode) keeps its status, in our envelope.
+  const status = (err as FastifyError | null)?.statusCode
+  if (typeof code === 'string' && code.startsWith('FST_') && status != null && status >= 400 && status < 500) {
+    return plain(status, status === 413 || status === 414 || status === 431 ? 'request_too_large' : 'invalid_request_error', (err as Error).message)
   }
   return null
 }
@@ -109,10 +138,41 @@ export function errorHandler (err: unknown, request: FastifyRequest, reply: Fast
     return reply
   }
   if (envelope.retryAfterSeconds != null) void reply.header('retry-after', String(envelope.retryAfterSeconds))
+  if (err instanceof MethodNotAllowedError) void reply.header('allow', err.allow.join(', '))
   return reply.code(envelope.status).type('application/json').send(envelope.body)
 }
 
-export function notFoundHandler (request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const path = request.url.split('?')[0]
-  return errorHandler(new NotFoundError(`Route not found: ${request.method} ${path}`), request, reply)
+/**
+ * Node's own refusals, before fastify sees a request (headers over 16 KiB, headers or body too slow, bytes that are
+ * not HTTP), in the same envelope, then the connection is closed. A client that already left gets nothing.
+ */
+export function clientErrorHandler (this: { log: FastifyBaseLogger }, err: NodeJS.ErrnoException, socket: Socket): void {
+  if (isClientGone(err) || socket.destroyed) return
+  const [status, type, message] = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+    ? [408, 'request_timeout', 'The request was not received in time']
+    : err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'request_too_large', 'The request line and headers are larger than 16 KiB']
+      : [400, 'invalid_request_error', 'Malformed HTTP request']
+  this.log.debug({ code: err.code, status }, 'connection refused before routing')
+  if (socket.writable) {
+    const body = JSON.stringify({ error: { message, type, param: null, code: null } })
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+  }
+  socket.destroy()
+}
+
+/**
+ * Unknown routes answer 404; a known path asked with another method answers 405 with `Allow` (issue 14). `allowed`
+ * says which methods a path has.
+ */
+export function notFoundHandler (allowed: (path: string) => string[]) {
+  return (request: FastifyRequest, reply: FastifyReply): FastifyReply => {
+    const path = request.url.split('?')[0]
+    const allow = allowed(path)
+    const err = allow.length > 0
+      ? new MethodNotAllowedError(request.method, path, allow)
+      : new NotFoundError(`Route not found: ${request.method} ${path}`)
+    return errorHandler(err, request, reply)
+  }
 }

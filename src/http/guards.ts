@@ -64,7 +64,7 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
       return
     }
     const path = request.url.split('?')[0]
-    if (PUBLIC_ROUTES.has(path) && request.method === 'GET') return
+    if (PUBLIC_ROUTES.has(path) && (request.method === 'GET' || request.method === 'HEAD')) return // HEAD is GET without the body
     const isPublic = request.routeOptions.config?.public === true
     const token = bearerToken(request.headers.authorization)
     if (token == null) {

@@ -35,9 +35,9 @@ test('GET /v1/app is the full snapshot of CONTRACT §3', async (t) => {
   assert.equal(Object.keys(app.settings).length, 15) // the spec's 14 plus solana_rpc_url (issue 5)
 })
 
-test('unknown routes answer 404 in the envelope', async (t) => {
+test('unknown routes answer 404 in the envelope (a known path with another method is a 405: test/http/hygiene.test.ts)', async (t) => {
   const { api } = await startTestNode(t)
-  for (const [method, path] of [['GET', '/v1/nope'], ['POST', '/v1/app/nothing'], ['DELETE', '/health']]) {
+  for (const [method, path] of [['GET', '/v1/nope'], ['POST', '/v1/app/nothing'], ['DELETE', '/healthz']]) {
     const res = await api.send(method, path, undefined)
     assert.equal(res.status, 404, `${method} ${path}`)
     assert.equal(res.body.error.type, 'not_found')

@@ -1,0 +1,65 @@
+import type { Server, ServerOptions } from 'node:http'
+import type { Socket } from 'node:net'
+import type { Logger } from 'pino'
+
+/**
+ * How long a client may take and how many connections it may hold (issue 14): a slow or greedy client cannot keep
+ * connections, and with them sockets and memory, for minutes. Each default is stated; tests shorten them.
+ */
+export interface ConnectionLimits {
+  /** The request line and headers must have arrived within this. Default 10 s. */
+  headersTimeoutMs: number
+  /** The whole request, body included, within this; a trickled body is answered 408 and closed. Default 30 s. */
+  requestTimeoutMs: number
+  /** An idle keep-alive connection is closed after this. Default 10 s. */
+  keepAliveTimeoutMs: number
+  /** Connections one client address may hold open at once; the next is answered 429 and closed. Default 64. */
+  maxConnectionsPerAddress: number
+}
+
+export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = Object.freeze({
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 10_000,
+  maxConnectionsPerAddress: 64
+})
+
+/** Node's server options for `limits`; the timeouts are checked every second (Node's default is every 30 s). */
+export function serverOptions (limits: ConnectionLimits): ServerOptions {
+  return {
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs)
+  }
+}
+
+/**
+ * Caps the connections each client address holds on `server`. The one over the cap is answered 429 in the envelope
+ * and closed at once, before any of its bytes are read as a request. Loopback clients are counted too: a runaway
+ * local script must not exhaust the node's file descriptors either.
+ */
+export function capConnectionsPerAddress (server: Server, maxPerAddress: number, log: Logger): void {
+  const open = new Map<string, number>()
+  // Ahead of Node's own listener, so a refused socket is closed before the HTTP parser is attached to it.
+  server.prependListener('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? ''
+    const count = open.get(address) ?? 0
+    if (count >= maxPerAddress) {
+      log.warn({ address, open: count }, 'connection refused: too many from one address')
+      const body = JSON.stringify({ error: { message: `Too many connections from ${address}: at most ${maxPerAddress} at once`, type: 'rate_limit_error', param: null, code: null } })
+      // Written at once (a fresh socket is writable) and destroyed, so Node's HTTP listener, which runs next, finds
+      // a closed socket and parses nothing from it.
+      socket.write(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+        `Retry-After: 1\r\nConnection: close\r\n\r\n${body}`)
+      socket.destroy()
+      return
+    }
+    open.set(address, count + 1)
+    socket.once('close', () => {
+      const left = (open.get(address) ?? 1) - 1
+      if (left === 0) open.delete(address)
+      else open.set(address, left)
+    })
+  })
+}
