@@ -13,22 +13,23 @@ const relayUrl = z.string().max(2048).refine((value) => value === '' || isRelayA
 
 /** Every setting of spec §2.1 with its type and range (CONTRACT §4). Unknown keys are refused: typos must not pass. */
 export const SettingsPatch = z.strictObject({
-  cluster_enabled: z.boolean(),
-  wan_enabled: z.boolean(),
-  wan_relay_url: relayUrl,
-  max_storage_gb: z.number().positive().max(1_000_000),
-  org_capacity_reservation: z.number().min(0).max(1),
-  cluster_passcode: z.string().max(256),
-  allow_network_access: z.boolean(),
-  electricity_cost: z.number().min(0).max(1_000_000),
-  electricity_currency: z.string().refine((code) => CURRENCIES.has(code), { message: 'must be a 3-letter ISO 4217 currency code such as USD' }),
-  electricity_margin: z.number().min(1).max(1000),
-  keep_awake: z.boolean(),
-  auto_manage_models: z.boolean(),
-  inference_backend: z.enum(INFERENCE_BACKENDS),
-  language: z.enum(LANGUAGES),
+  cluster_enabled: z.boolean().describe('Find and serve peers on the LAN (mDNS)'),
+  wan_enabled: z.boolean().describe('Find and serve peers across the internet through wan_relay_url'),
+  wan_relay_url: relayUrl.describe('The meshnode relay: "", a ws:// or wss:// URL, or a libp2p multiaddr'),
+  max_storage_gb: z.number().positive().max(1_000_000).describe('Disk the models may take, in GB'),
+  org_capacity_reservation: z.number().min(0).max(1).describe('Share of the slots kept for members of this node\'s PTNs, 0 to 1'),
+  cluster_passcode: z.string().max(256).describe('Passcode LAN peers must prove; write-only: answers show "********" when set'),
+  allow_network_access: z.boolean().describe('Listen on the network too; every request but /health then needs an API key'),
+  electricity_cost: z.number().min(0).max(1_000_000).describe('Electricity price per kWh, in electricity_currency'),
+  electricity_currency: z.string().refine((code) => CURRENCIES.has(code), { message: 'must be a 3-letter ISO 4217 currency code such as USD' })
+    .describe('ISO 4217 code of electricity_cost'),
+  electricity_margin: z.number().min(1).max(1000).describe('Multiplier on the electricity cost in the price (1.2 = 20 % margin)'),
+  keep_awake: z.boolean().describe('Keep the machine from sleeping while the node runs'),
+  auto_manage_models: z.boolean().describe('Download and load the models peers ask for that nobody serves'),
+  inference_backend: z.enum(INFERENCE_BACKENDS).describe('llama.cpp: serve locally; peers: route every request to peers'),
+  language: z.enum(LANGUAGES).describe('Language of the user interface'),
   // An addition to spec §2.1 (issue 5): the JSON-RPC endpoint the on-chain wallet status asks.
-  solana_rpc_url: z.string().max(2048).refine(isHttpUrl, { message: 'must be an http:// or https:// URL' })
+  solana_rpc_url: z.string().max(2048).refine(isHttpUrl, { message: 'must be an http:// or https:// URL' }).describe('Solana JSON-RPC endpoint for the on-chain status')
 }).partial()
 
 export type Settings = Required<z.infer<typeof SettingsPatch>>

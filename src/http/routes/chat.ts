@@ -17,7 +17,7 @@ export interface InferenceRoutesOptions {
 
 export const chatRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { router, onServed }) => {
   app.post('/v1/chat/completions', {
-    schema: { tags: ['openai'], body: ChatCompletionRequest, response: { 200: ChatCompletion, ...errorResponses } }
+    schema: { summary: 'Chat completion, streamed or not (OpenAI)', tags: ['openai'], body: ChatCompletionRequest, response: { 200: ChatCompletion, ...errorResponses } }
   }, async (request, reply) => {
     const chat = toChatRequest(request.body)
     const signal = clientGone(reply)

@@ -33,6 +33,7 @@ export const eventsRoutes: FastifyPluginAsyncZod<EventsRoutesOptions> = async (a
   })
   app.get('/v1/app/events', {
     schema: {
+      summary: 'Node events as server-sent events: downloads, models, wallet, peers, settings',
       tags: ['events'],
       description: 'text/event-stream of download.*, model.*, wallet.*, peer.* and settings.* events; a comment every 15 s keeps it open',
       produces: ['text/event-stream'], // refusals (guards) still answer in the JSON envelope

@@ -12,16 +12,16 @@ export interface ModelRoutesOptions {
 export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app, { models }) => {
   const tags = ['models']
 
-  app.get('/v1/app/models', { schema: { tags, response: { 200: ModelList, ...errorResponses } } }, async () => {
+  app.get('/v1/app/models', { schema: { summary: 'Models: catalog, downloaded, loaded', tags, response: { 200: ModelList, ...errorResponses } } }, async () => {
     return { models: models.list() }
   })
 
   app.post('/v1/app/models/download', {
-    schema: { tags, body: ModelIDBody, response: { 200: DownloadStarted, ...errorResponses } }
+    schema: { summary: 'Start (or join) a model download', tags, body: ModelIDBody, response: { 200: DownloadStarted, ...errorResponses } }
   }, async (request) => await models.startDownload(request.body.modelID))
 
   app.post('/v1/app/models/import', {
-    schema: {
+    schema: { summary: 'Register a GGUF file already on this machine, where it is',
       tags,
       description: 'register a GGUF file in place (never copied, never evicted, outside max_storage_gb); 404 when no file is there, 400 when it is not GGUF',
       body: ImportBody,
@@ -30,7 +30,7 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
   }, async (request) => await models.import(request.body.path, request.body.modelID))
 
   app.post('/v1/app/models/load', {
-    schema: { tags, body: ModelIDBody, response: { 200: ModelLoaded, ...errorResponses } }
+    schema: { summary: 'Load a downloaded model into the engine', tags, body: ModelIDBody, response: { 200: ModelLoaded, ...errorResponses } }
   }, async (request) => {
     const loaded = await models.load(request.body.modelID)
     return { status: 'loaded' as const, modelID: loaded.modelID, contextLength: loaded.contextLength }
@@ -51,7 +51,7 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
       parseJson(request, text, done)
     })
     scope.post('/v1/app/models/unload', {
-      schema: { tags, response: { 200: ModelUnloaded, ...errorResponses } }
+      schema: { summary: 'Unload the loaded model', tags, response: { 200: ModelUnloaded, ...errorResponses } }
     }, async () => {
       const { modelID } = await models.unload()
       return { status: 'unloaded' as const, modelID }

@@ -8,7 +8,7 @@ export interface PeersRoutesOptions {
 }
 
 export const peersRoutes: FastifyPluginAsyncZod<PeersRoutesOptions> = async (app, { network }) => {
-  app.get('/v1/app/peers', { schema: { tags: ['peers'], response: { 200: PeerList, ...errorResponses } } }, async () => {
+  app.get('/v1/app/peers', { schema: { summary: 'Peers on the LAN and the WAN', tags: ['peers'], response: { 200: PeerList, ...errorResponses } } }, async () => {
     return { peers: network.peers().map(toPeerEntry) }
   })
 }

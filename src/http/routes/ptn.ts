@@ -11,43 +11,43 @@ import { clientGone } from '../sse.ts'
 export const ptnRoutes: FastifyPluginAsyncZod<{ ptn: PtnService }> = async (app, { ptn }) => {
   const tags = ['ptn']
 
-  app.get('/v1/app/ptn', { schema: { tags, response: { 200: MembershipList, ...errorResponses } } }, async () => {
+  app.get('/v1/app/ptn', { schema: { summary: 'This node\'s PTN memberships', tags, response: { 200: MembershipList, ...errorResponses } } }, async () => {
     return { memberships: ptn.list() }
   })
 
-  app.post('/v1/app/ptn/create', { schema: { tags, body: CreatePtnBody, response: { 200: CreatedPtn, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/create', { schema: { summary: 'Create a PTN with this node as admin', tags, body: CreatePtnBody, response: { 200: CreatedPtn, ...errorResponses } } }, async (request) => {
     return ptn.create(request.body.name)
   })
 
-  app.post('/v1/app/ptn/invite', { schema: { tags, body: PtnIDBody, response: { 200: Invite, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/invite', { schema: { summary: 'Make a one-time invite code (admin)', tags, body: PtnIDBody, response: { 200: Invite, ...errorResponses } } }, async (request) => {
     return ptn.invite(request.body.ptnID)
   })
 
-  app.post('/v1/app/ptn/issue-cert', { schema: { tags, body: IssueCertBody, response: { 200: CertificateResult, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/issue-cert', { schema: { summary: 'Issue a member certificate (admin)', tags, body: IssueCertBody, response: { 200: CertificateResult, ...errorResponses } } }, async (request) => {
     return ptn.issueCertificate(request.body.ptnID, request.body.nodeID, request.body.role)
   })
 
-  app.post('/v1/app/ptn/join-with-cert', { schema: { tags, body: JoinWithCertBody, response: { 200: Joined, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/join-with-cert', { schema: { summary: 'Join a PTN with a certificate', tags, body: JoinWithCertBody, response: { 200: Joined, ...errorResponses } } }, async (request) => {
     return ptn.joinWithCertificate(request.body.certData)
   })
 
-  app.post('/v1/app/ptn/join', { schema: { tags, body: JoinBody, response: { 200: Joined, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/ptn/join', { schema: { summary: 'Join a PTN with an invite code', tags, body: JoinBody, response: { 200: Joined, ...errorResponses } } }, async (request, reply) => {
     return await ptn.join(request.body.inviteCode, { signal: clientGone(reply) })
   })
 
-  app.post('/v1/app/ptn/leave', { schema: { tags, body: LeaveBody, response: { 200: Left, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/ptn/leave', { schema: { summary: 'Leave a PTN', tags, body: LeaveBody, response: { 200: Left, ...errorResponses } } }, async (request, reply) => {
     return await ptn.leave(request.body.ptnID, { force: request.body.force, signal: clientGone(reply) })
   })
 
-  app.post('/v1/app/ptn/promote-admin', { schema: { tags, body: PromoteAdminBody, response: { 200: Promoted, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/ptn/promote-admin', { schema: { summary: 'Make a member an admin (admin)', tags, body: PromoteAdminBody, response: { 200: Promoted, ...errorResponses } } }, async (request, reply) => {
     return await ptn.promoteAdmin(request.body.ptnID, request.body.nodeID, { signal: clientGone(reply) })
   })
 
-  app.post('/v1/app/ptn/import-ca-key', { schema: { tags, body: ImportCaKeyBody, response: { 200: Imported, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/import-ca-key', { schema: { summary: 'Import a PTN\'s CA key', tags, body: ImportCaKeyBody, response: { 200: Imported, ...errorResponses } } }, async (request) => {
     return ptn.importCaKey(request.body.ptnID, request.body.caKeyHex)
   })
 
-  app.post('/v1/app/ptn/recover', { schema: { tags, body: PtnIDBody, response: { 200: Recovered, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/ptn/recover', { schema: { summary: 'Recover a membership with the CA key', tags, body: PtnIDBody, response: { 200: Recovered, ...errorResponses } } }, async (request, reply) => {
     return await ptn.recover(request.body.ptnID, { signal: clientGone(reply) })
   })
 }

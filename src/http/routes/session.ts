@@ -26,12 +26,12 @@ export const sessionRoutes: FastifyPluginAsyncZod<SessionRoutesOptions> = async 
   const tags = ['session']
   const open = { public: true }
 
-  app.get('/v1/app/session', { config: open, schema: { tags, response: { 200: SessionState, ...errorResponses } } }, async (request) => {
+  app.get('/v1/app/session', { config: open, schema: { summary: 'Whether this browser is signed in', tags, response: { 200: SessionState, ...errorResponses } } }, async (request) => {
     const signInRequired = settings.get().allow_network_access
     return { signInRequired, signedIn: request.principal != null }
   })
 
-  app.post('/v1/app/session', { config: open, schema: { tags, body: SignInBody, response: { 200: SignedIn, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/session', { config: open, schema: { summary: 'Sign the dashboard in with an API key', tags, body: SignInBody, response: { 200: SignedIn, ...errorResponses } } }, async (request, reply) => {
     const principal = keys.authenticate(request.body.apiKey)
     if (principal == null) throw new AuthenticationError('Invalid or revoked API key', 'invalid_api_key')
     const session = sessions.start(principal)
@@ -39,7 +39,7 @@ export const sessionRoutes: FastifyPluginAsyncZod<SessionRoutesOptions> = async 
     return { signedIn: true as const, expiresAt: session.expiresAt }
   })
 
-  app.post('/v1/app/session/sign-out', { config: open, schema: { tags, response: { 200: SignedOut, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/session/sign-out', { config: open, schema: { summary: 'Sign the dashboard out', tags, response: { 200: SignedOut, ...errorResponses } } }, async (request, reply) => {
     const token = readSessionCookie(request)
     if (token != null) sessions.end(token)
     clearSessionCookie(request, reply)
@@ -48,14 +48,14 @@ export const sessionRoutes: FastifyPluginAsyncZod<SessionRoutesOptions> = async 
 
   // With network access off, only loopback clients get here, and they may already do anything: the link then
   // carries the admin token's rights, so the session stays valid if network access is switched on later.
-  app.post('/v1/app/session/link', { schema: { tags, response: { 200: SignInLink, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/session/link', { schema: { summary: 'A one-time dashboard sign-in link', tags, response: { 200: SignInLink, ...errorResponses } } }, async (request) => {
     const link = sessions.createSignInLink(request.principal ?? { kind: 'admin-token' })
     return { url: `${request.protocol}://${request.headers.host ?? 'localhost'}/sign-in?token=${link.token}`, expiresAt: link.expiresAt }
   })
 
   app.get('/sign-in', {
     config: open,
-    schema: { tags, querystring: SignInQuery, response: { 303: z.null().describe('to the dashboard'), ...errorResponses } }
+    schema: { summary: 'Redeem a one-time sign-in link', tags, querystring: SignInQuery, response: { 303: z.null().describe('to the dashboard'), ...errorResponses } }
   }, async (request, reply) => {
     const session = request.query.token == null ? null : sessions.redeemSignInLink(request.query.token)
     if (session != null) setSessionCookie(request, reply, session.token)

@@ -15,7 +15,7 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
   const tags = ['wallet']
   const errors = { ...errorResponses, 402: ErrorEnvelope }
 
-  app.get('/v1/app/wallet', { schema: { tags, response: { 200: WalletSummary, ...errors } } }, async () => {
+  app.get('/v1/app/wallet', { schema: { summary: 'Wallet summary', tags, response: { 200: WalletSummary, ...errors } } }, async () => {
     const totals = wallet.summary()
     return {
       currentBalance: microToCredits(totals.balanceMicro),
@@ -27,10 +27,10 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
   })
 
   app.get('/v1/app/wallet/transactions', {
-    schema: { tags, querystring: TransactionsQuery, response: { 200: TransactionList, ...errors } }
+    schema: { summary: 'Wallet transactions, newest first', tags, querystring: TransactionsQuery, response: { 200: TransactionList, ...errors } }
   }, async (request) => ({ transactions: wallet.transactions(request.query.limit, request.query.offset).map(transactionBody) }))
 
-  app.post('/v1/app/wallet/send', { schema: { tags, body: SendBody, response: { 200: SendResult, ...errors } } }, async (request) => {
+  app.post('/v1/app/wallet/send', { schema: { summary: 'Send credits to a peer', tags, body: SendBody, response: { 200: SendResult, ...errors } } }, async (request) => {
     const { amount, peerID, memo } = request.body
     const result = wallet.send({ peerID, amountMicro: creditsToMicro(amount), memo: memo ?? '' })
     return {
@@ -43,6 +43,6 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
 
   // Spec §4.6 writes the on-chain path as the neutral `chain`; the bridge targets Solana, so both names answer.
   for (const url of ['/v1/app/wallet/solana', '/v1/app/wallet/chain']) {
-    app.get(url, { schema: { tags, response: { 200: ChainStatus, ...errors } } }, async () => await solana.status())
+    app.get(url, { schema: { summary: 'On-chain (Solana) address and balance', tags, response: { 200: ChainStatus, ...errors } } }, async () => await solana.status())
   }
 }
