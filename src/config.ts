@@ -48,6 +48,13 @@ export interface NodeConfig {
   model?: string | null
   /** Disk a model download must leave free (default 256 MiB); tests raise it to see a full disk refused. */
   diskHeadroomBytes?: number
+  /**
+   * Where the API listens on the network while `allow_network_access` is on (`--network-host`): one address, or null
+   * for every non-loopback address of the machine. `host` (loopback by default) is listened on always.
+   */
+  networkHost: string | null
+  /** `--tls-cert` and `--tls-key` (PEM files): the network listeners speak HTTPS. Null: HTTP. */
+  tls: { certFile: string, keyFile: string } | null
   /** libp2p listen multiaddrs; null: loopback TCP and WebSocket on free ports (reachable from elsewhere via the relay). */
   p2pListen: string[] | null
   /** Peer network tunables (heartbeat, WAN sync and backoff, demand-driven models); tests and the bench shorten them. */
@@ -78,6 +85,8 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     allowedHosts: [],
     logLevel: process.env.MESHNODE_LOG_LEVEL ?? 'info',
     p2pListen: null,
+    networkHost: null,
+    tls: null,
     hfEndpoint: process.env.HF_ENDPOINT == null || process.env.HF_ENDPOINT === '' ? 'https://huggingface.co' : process.env.HF_ENDPOINT,
     hfToken: process.env.HF_TOKEN == null || process.env.HF_TOKEN === '' ? null : process.env.HF_TOKEN,
     ...overrides

@@ -3,7 +3,10 @@ import { mkdirSync } from 'node:fs'
 import { isAbsolute, join } from 'node:path'
 import type { Logger } from 'pino'
 import { ADMIN_TOKEN_FILE, DASHBOARD_DIR, VERSION, type NodeConfig } from './config.ts'
+import { InvalidInputError } from './errors.ts'
 import { buildHttpApp } from './http/app.ts'
+import { NetworkListener, readTlsCredentials } from './http/network-listener.ts'
+import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
@@ -39,6 +42,8 @@ export interface RunningNode {
   readonly models: ModelStore
   /** The peer network: libp2p host, WAN and LAN presence, peer table; other domains `handle` and `open` protocols on it. */
   readonly network: PeerNetwork
+  /** Where the API listens on the network now (`host:port`; none while network access is off). */
+  networkAddresses (): string[]
   /** Stops accepting requests, finishes the ones in flight, stops every part and closes the database. */
   close (): Promise<void>
 }
@@ -46,6 +51,11 @@ export interface RunningNode {
 /** The composition root: builds every part of the node from its config, wires them, and starts listening. */
 export async function startNode (config: NodeConfig, options: { logDestination?: NodeJS.WritableStream } = {}): Promise<RunningNode> {
   const log = createLogger(config.logLevel, options.logDestination)
+  // TLS is for keys that cross a network: the network listeners speak it, the loopback listener stays plain HTTP.
+  if (config.tls != null && !(isLoopbackAddress(config.host) || config.host === 'localhost')) {
+    throw new InvalidInputError(`--tls-cert applies to the network listeners: keep --host on loopback (not ${config.host}) and choose the network address with --network-host`)
+  }
+  const tls = config.tls == null ? null : readTlsCredentials(config.tls)
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 })
   const ptnDir = join(config.dataDir, 'ptn')
   // Issue 14: refuses to start when the key or the database is missing beside the other, never replacing either.
@@ -180,12 +190,22 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         settings: settings.redacted()
       })
     }, { version: VERSION, allowedOrigins: config.allowedOrigins, allowedHosts: config.allowedHosts, limits: config.http })
+    // Issue 14: with allow_network_access on, the API also listens on the network (every non-loopback address, or
+    // --network-host), at once; off, on loopback only again.
+    const networkListener = new NetworkListener({ createServer: () => http.createListener(tls), log: log.child({ part: 'listener' }) },
+      { port: () => port, host: config.networkHost, primaryHost: config.host })
+    const stopFollowingAccess = settings.onChange(({ changed, current }) => {
+      if (!changed.includes('allow_network_access')) return
+      const switched = current.allow_network_access ? networkListener.open() : networkListener.close()
+      switched.catch((err: unknown) => { log.error({ err }, 'network access: the network listener could not follow the setting') })
+    })
     cleanups.unshift(async () => {
+      stopFollowingAccess()
       // Requests in flight may finish, but not forever: a long generation or agent exchange is cut after the grace
       // period so that a SIGTERM always ends in a clean database close.
       const grace = setTimeout(() => { http.server.closeAllConnections() }, config.shutdownGraceMs)
       try {
-        await http.close()
+        await Promise.all([http.close(), networkListener.close({ graceMs: config.shutdownGraceMs })])
       } finally {
         clearTimeout(grace)
       }
@@ -198,7 +218,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const address = http.server.address()
     port = typeof address === 'object' && address != null ? address.port : config.port
     const urlHost = config.host.includes(':') ? `[${config.host}]` : config.host
-    log.info({ nodeID: identity.nodeID, port, dataDir: config.dataDir }, 'meshnode is listening')
+    if (settings.get().allow_network_access) await networkListener.open()
+    log.info({ nodeID: identity.nodeID, port, dataDir: config.dataDir, network: networkListener.addresses() }, 'meshnode is listening')
     models.resumeInterrupted() // in the background: downloads stopped by the last shutdown go on from their .part
     if (startModel == null) models.reloadLast()
     else models.loadInBackground(startModel)
@@ -215,6 +236,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       engine,
       models,
       network,
+      networkAddresses: () => networkListener.addresses(),
       close: () => (closing ??= runCleanups(cleanups, log))
     }
   } catch (err) {

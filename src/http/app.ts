@@ -9,7 +9,9 @@ import type { MetricsRegistry } from '../metrics/index.ts'
 import type { ModelStore } from '../models/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
 import { UnavailableError } from '../errors.ts'
-import { DEFAULT_CONNECTION_LIMITS, capConnectionsPerAddress, serverOptions, type ConnectionLimits } from './connections.ts'
+import { createServer as createHttpServer, type Server } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
+import { ConnectionCap, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connections.ts'
 import { clientErrorHandler, errorHandler, notFoundHandler } from './errors.ts'
 import { RouteTable } from './route-table.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
@@ -37,6 +39,19 @@ import type { AgentService } from '../agent/index.ts'
 import type { AppSnapshot, Health } from './schemas/app.ts'
 import type { HttpApp } from './types.ts'
 import { DEFAULT_PORT } from '../config.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** A server for another listener of this app (not yet listening): the app's handler, limits and answers. */
+    createListener: (tls: TlsCredentials | null) => Server
+  }
+}
+
+/** PEM certificate (chain) and private key of the HTTPS listeners. */
+export interface TlsCredentials {
+  cert: string | Buffer
+  key: string | Buffer
+}
 
 /** CONTRACT §1: bodies over 1 MiB are refused with 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
@@ -110,7 +125,18 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   const routes = new RouteTable()
   app.addHook('onRoute', (route) => { routes.add(route.method, route.url) })
   app.setNotFoundHandler(notFoundHandler((path) => routes.methodsFor(path)))
-  capConnectionsPerAddress(app.server, limits.maxConnectionsPerAddress, deps.log)
+  const cap = new ConnectionCap({ log: deps.log }, { maxPerAddress: limits.maxConnectionsPerAddress })
+  cap.watch(app.server)
+  // More listeners for the same app (the network ones, issue 14): the same handler, timeouts, client-error answers
+  // and connection cap as the loopback listener fastify owns; HTTPS when given a certificate.
+  app.decorate('createListener', (tls: TlsCredentials | null): Server => {
+    const server = tls == null
+      ? createHttpServer(serverOptions(limits), app.routing)
+      : createHttpsServer({ ...serverOptions(limits), cert: tls.cert, key: tls.key }, app.routing)
+    server.on('clientError', clientErrorHandler.bind(app))
+    cap.watch(server)
+    return server
+  })
   let closing = false
   app.addHook('preClose', async () => { closing = true })
   app.addHook('onRequest', async () => {

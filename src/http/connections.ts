@@ -35,19 +35,32 @@ export function serverOptions (limits: ConnectionLimits): ServerOptions {
 }
 
 /**
- * Caps the connections each client address holds on `server`. The one over the cap is answered 429 in the envelope
- * and closed at once, before any of its bytes are read as a request. Loopback clients are counted too: a runaway
- * local script must not exhaust the node's file descriptors either.
+ * Caps the connections each client address holds, across every server it watches (the loopback listener and the
+ * network ones share one count). The one over the cap is answered 429 in the envelope and closed at once, before any
+ * of its bytes are read as a request. Loopback clients are counted too: a runaway local script must not exhaust the
+ * node's file descriptors either.
  */
-export function capConnectionsPerAddress (server: Server, maxPerAddress: number, log: Logger): void {
-  const open = new Map<string, number>()
-  // Ahead of Node's own listener, so a refused socket is closed before the HTTP parser is attached to it.
-  server.prependListener('connection', (socket: Socket) => {
+export class ConnectionCap {
+  readonly #max: number
+  readonly #log: Logger
+  readonly #open = new Map<string, number>()
+
+  constructor (deps: { log: Logger }, options: { maxPerAddress: number }) {
+    this.#log = deps.log
+    this.#max = options.maxPerAddress
+  }
+
+  watch (server: Server): void {
+    // Ahead of Node's own listener, so a refused socket is closed before the HTTP parser reads from it.
+    server.prependListener('connection', (socket: Socket) => { this.#admit(socket) })
+  }
+
+  #admit (socket: Socket): void {
     const address = socket.remoteAddress ?? ''
-    const count = open.get(address) ?? 0
-    if (count >= maxPerAddress) {
-      log.warn({ address, open: count }, 'connection refused: too many from one address')
-      const body = JSON.stringify({ error: { message: `Too many connections from ${address}: at most ${maxPerAddress} at once`, type: 'rate_limit_error', param: null, code: null } })
+    const count = this.#open.get(address) ?? 0
+    if (count >= this.#max) {
+      this.#log.warn({ address, open: count }, 'connection refused: too many from one address')
+      const body = JSON.stringify({ error: { message: `Too many connections from ${address}: at most ${this.#max} at once`, type: 'rate_limit_error', param: null, code: null } })
       // Written at once (a fresh socket is writable) and destroyed, so Node's HTTP listener, which runs next, finds
       // a closed socket and parses nothing from it.
       socket.write(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
@@ -55,11 +68,11 @@ export function capConnectionsPerAddress (server: Server, maxPerAddress: number,
       socket.destroy()
       return
     }
-    open.set(address, count + 1)
+    this.#open.set(address, count + 1)
     socket.once('close', () => {
-      const left = (open.get(address) ?? 1) - 1
-      if (left === 0) open.delete(address)
-      else open.set(address, left)
+      const left = (this.#open.get(address) ?? 1) - 1
+      if (left === 0) this.#open.delete(address)
+      else this.#open.set(address, left)
     })
-  })
+  }
 }

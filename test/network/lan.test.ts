@@ -3,23 +3,12 @@
 // when the test ends.
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { promisify } from 'node:util'
+import { whyNetnsUnavailable } from '../support/netns.ts'
 import { CLI, tempDir, waitFor } from '../support/node.ts'
 
 const run = promisify(execFile)
-
-function whyNotRunnable (): string | null {
-  if (process.platform !== 'linux') return 'network namespaces are Linux only'
-  if (process.getuid?.() !== 0) return 'creating network namespaces needs root (run the tests as root to include this one)'
-  const ip = spawnSync('ip', ['-V'])
-  if (ip.error != null || ip.status !== 0) return 'the `ip` command (iproute2) is missing'
-  const probe = `mnprobe${process.pid}`
-  const add = spawnSync('ip', ['netns', 'add', probe])
-  if (add.status !== 0) return `ip netns add failed: ${add.stderr.toString().trim()}`
-  spawnSync('ip', ['netns', 'del', probe])
-  return null
-}
 
 async function ip (...args: string[]): Promise<void> {
   await run('ip', args)
@@ -100,7 +89,7 @@ async function lanPeers (node: LanNode): Promise<Array<{ nodeID: string, type: s
   return (await node.api('GET', '/v1/app/peers') as { peers: Array<{ nodeID: string, type: string }> }).peers
 }
 
-const skipReason = whyNotRunnable()
+const skipReason = whyNetnsUnavailable()
 
 test('LAN cluster: mDNS discovery in network namespaces; a wrong passcode is no cluster peer; off takes effect at once',
   { timeout: 120_000, skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {

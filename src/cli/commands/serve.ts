@@ -18,6 +18,9 @@ interface ServeOptions {
   p2pListen: string[]
   model?: string
   resetIdentity?: boolean
+  networkHost?: string
+  tlsCert?: string
+  tlsKey?: string
 }
 
 /** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
@@ -38,6 +41,9 @@ export function registerServe (program: Command): void {
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
     .option('--p2p-listen <multiaddr>', 'peer-to-peer listen address, e.g. /ip4/0.0.0.0/tcp/4002 (repeatable; default: loopback only)', collect, [])
+    .option('--network-host <address>', 'where to listen on the network while allow_network_access is on (default: every address of this machine)')
+    .option('--tls-cert <file>', 'PEM certificate: the network listeners speak HTTPS (with --tls-key)')
+    .option('--tls-key <file>', 'PEM private key of --tls-cert')
     .option('--reset-identity', 'start even though node.key or meshnode.db is missing beside the other: a new key, or a fresh database (see docs/API.md, Identity)')
     .action(async (options: ServeOptions) => {
       const port = parseWhole('--port', options.port, 0, 65535)
@@ -55,7 +61,9 @@ export function registerServe (program: Command): void {
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
         model: options.model == null ? null : modelArgument(options.model),
-        resetIdentity: options.resetIdentity === true
+        resetIdentity: options.resetIdentity === true,
+        networkHost: options.networkHost ?? null,
+        tls: tlsFiles(options)
       })
       let node
       try {
@@ -132,6 +140,15 @@ function modelArgument (value: string): string {
   const looksLikePath = value.startsWith('.') || value.startsWith('/') || value.startsWith('~') || existsSync(value)
   if (!looksLikePath) return value
   return resolve(value.startsWith('~/') ? join(homedir(), value.slice(2)) : value)
+}
+
+function tlsFiles (options: ServeOptions): { certFile: string, keyFile: string } | null {
+  if (options.tlsCert == null && options.tlsKey == null) return null
+  if (options.tlsCert == null || options.tlsKey == null) {
+    process.stderr.write('meshnode: --tls-cert and --tls-key go together\n')
+    process.exit(2)
+  }
+  return { certFile: options.tlsCert, keyFile: options.tlsKey }
 }
 
 function collect (value: string, previous: string[]): string[] {
