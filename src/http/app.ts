@@ -125,7 +125,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   const routes = new RouteTable()
   app.addHook('onRoute', (route) => { routes.add(route.method, route.url) })
   app.setNotFoundHandler(notFoundHandler((path) => routes.methodsFor(path)))
-  const cap = new ConnectionCap({ log: deps.log }, { maxPerAddress: limits.maxConnectionsPerAddress })
+  const cap = new ConnectionCap({ log: deps.log }, { maxPerAddress: limits.maxConnectionsPerAddress, maxLoopback: limits.maxLoopbackConnections })
   cap.watch(app.server)
   // More listeners for the same app (the network ones, issue 14): the same handler, timeouts, client-error answers
   // and connection cap as the loopback listener fastify owns; HTTPS when given a certificate.

@@ -1,6 +1,7 @@
 import type { Server, ServerOptions } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
+import { isLoopbackAddress } from './guards.ts'
 
 /**
  * How long a client may take and how many connections it may hold (issue 14): a slow or greedy client cannot keep
@@ -13,15 +14,21 @@ export interface ConnectionLimits {
   requestTimeoutMs: number
   /** An idle keep-alive connection is closed after this. Default 10 s. */
   keepAliveTimeoutMs: number
-  /** Connections one client address may hold open at once; the next is answered 429 and closed. Default 64. */
+  /** Connections one client address on the network may hold open at once; the next is answered 429 and closed. Default 64. */
   maxConnectionsPerAddress: number
+  /**
+   * The same for each loopback address: this machine's own tools (the CLI, the dashboard, an SDK's connection pool,
+   * a benchmark) may open many more, but a runaway local script still cannot take every file descriptor. Default 1024.
+   */
+  maxLoopbackConnections: number
 }
 
 export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = Object.freeze({
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,
   keepAliveTimeoutMs: 10_000,
-  maxConnectionsPerAddress: 64
+  maxConnectionsPerAddress: 64,
+  maxLoopbackConnections: 1024
 })
 
 /** Node's server options for `limits`; the timeouts are checked every second (Node's default is every 30 s). */
@@ -37,17 +44,18 @@ export function serverOptions (limits: ConnectionLimits): ServerOptions {
 /**
  * Caps the connections each client address holds, across every server it watches (the loopback listener and the
  * network ones share one count). The one over the cap is answered 429 in the envelope and closed at once, before any
- * of its bytes are read as a request. Loopback clients are counted too: a runaway local script must not exhaust the
- * node's file descriptors either.
+ * of its bytes are read as a request.
  */
 export class ConnectionCap {
   readonly #max: number
+  readonly #maxLoopback: number
   readonly #log: Logger
   readonly #open = new Map<string, number>()
 
-  constructor (deps: { log: Logger }, options: { maxPerAddress: number }) {
+  constructor (deps: { log: Logger }, options: { maxPerAddress: number, maxLoopback: number }) {
     this.#log = deps.log
     this.#max = options.maxPerAddress
+    this.#maxLoopback = options.maxLoopback
   }
 
   watch (server: Server): void {
@@ -58,9 +66,10 @@ export class ConnectionCap {
   #admit (socket: Socket): void {
     const address = socket.remoteAddress ?? ''
     const count = this.#open.get(address) ?? 0
-    if (count >= this.#max) {
+    const max = isLoopbackAddress(address) ? this.#maxLoopback : this.#max
+    if (count >= max) {
       this.#log.warn({ address, open: count }, 'connection refused: too many from one address')
-      const body = JSON.stringify({ error: { message: `Too many connections from ${address}: at most ${this.#max} at once`, type: 'rate_limit_error', param: null, code: null } })
+      const body = JSON.stringify({ error: { message: `Too many connections from ${address}: at most ${max} at once`, type: 'rate_limit_error', param: null, code: null } })
       // Written at once (a fresh socket is writable) and destroyed, so Node's HTTP listener, which runs next, finds
       // a closed socket and parses nothing from it.
       socket.write(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +

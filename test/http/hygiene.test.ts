@@ -45,6 +45,7 @@ test('the defaults are seconds, not minutes', () => {
   assert.ok(DEFAULT_CONNECTION_LIMITS.headersTimeoutMs <= 10_000)
   assert.ok(DEFAULT_CONNECTION_LIMITS.requestTimeoutMs <= 30_000)
   assert.ok(DEFAULT_CONNECTION_LIMITS.keepAliveTimeoutMs <= 10_000)
+  assert.ok(DEFAULT_CONNECTION_LIMITS.maxConnectionsPerAddress <= DEFAULT_CONNECTION_LIMITS.maxLoopbackConnections)
 })
 
 test('a body trickled one byte at a time is cut with a 408 envelope long before it would finish; so are slow headers', async (t) => {
@@ -71,7 +72,8 @@ test('a body trickled one byte at a time is cut with a 408 envelope long before 
 })
 
 test('one address may hold only so many connections; the next is answered 429 and closed; a freed slot is reusable', async (t) => {
-  const { node } = await startTestNode(t, { http: { maxConnectionsPerAddress: 4 } })
+  // The loopback cap (a test can only connect from loopback without a network namespace); the network one works alike.
+  const { node } = await startTestNode(t, { http: { maxLoopbackConnections: 4 } })
   const held: RawExchange[] = []
   for (let i = 0; i < 4; i++) {
     const connection = open(node.port)
