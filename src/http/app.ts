@@ -167,7 +167,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }]
     },
-    transform: jsonSchemaTransform
+    transform: documentedRoute
   })
   registerGuards(app, deps, options)
   registerScopeGuard(app)
@@ -195,4 +195,19 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   if (deps.dashboardDir != null) await app.register(dashboardRoutes, { dir: deps.dashboardDir })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
+}
+
+/**
+ * The zod schemas as OpenAPI, and a wildcard route (`/v1/models/*`: a model id has slashes) as a `{id}` path
+ * parameter, since `*` is not a parameter name a document may use (redocly's path-parameters-defined).
+ */
+function documentedRoute (input: Parameters<typeof jsonSchemaTransform>[0]): ReturnType<typeof jsonSchemaTransform> {
+  const output = jsonSchemaTransform(input)
+  if (!output.url.endsWith('/*')) return output
+  const params = output.schema.params as { properties?: Record<string, unknown>, required?: string[] } | undefined
+  if (params?.properties?.['*'] != null) {
+    const { '*': wildcard, ...rest } = params.properties
+    output.schema.params = { ...params, properties: { ...rest, id: wildcard }, required: (params.required ?? []).map((name) => name === '*' ? 'id' : name) }
+  }
+  return { ...output, url: `${output.url.slice(0, -1)}:id` }
 }

@@ -15,7 +15,7 @@ export const DEFAULT_COMPLETION_MAX_TOKENS = 16
 /** POST /v1/completions: legacy text completion (LlamaIndex's OpenAILike, code completion with `suffix`). */
 export const completionRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { router, onServed }) => {
   app.post('/v1/completions', {
-    schema: { tags: ['openai'], body: CompletionRequest, response: { 200: TextCompletion, ...errorResponses } }
+    schema: { summary: 'Text completion, with fill-in-the-middle (OpenAI)', tags: ['openai'], body: CompletionRequest, response: { 200: TextCompletion, ...errorResponses } }
   }, async (request, reply) => {
     const body = request.body
     const completion = toCompletionRequest(body)

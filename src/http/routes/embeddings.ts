@@ -11,7 +11,7 @@ import { ptnOf, type InferenceRoutesOptions } from './chat.ts'
 /** POST /v1/embeddings: one vector per input string, as floats or as base64 of little-endian float32 (RAG stacks). */
 export const embeddingRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (app, { router, onServed }) => {
   app.post('/v1/embeddings', {
-    schema: { tags: ['openai'], body: EmbeddingRequest, response: { 200: EmbeddingList, ...errorResponses } }
+    schema: { summary: 'Embeddings of one or more inputs (OpenAI)', tags: ['openai'], body: EmbeddingRequest, response: { 200: EmbeddingList, ...errorResponses } }
   }, async (request, reply) => {
     const body = request.body
     const input = inputTexts(body.input)

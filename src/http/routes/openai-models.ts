@@ -20,7 +20,7 @@ export const openaiModelRoutes: FastifyPluginAsyncZod<OpenAIModelRoutesOptions> 
   const toModel = (listing: ModelListing, created: number): z.infer<typeof Model> =>
     ({ id: listing.modelID, object: 'model', created, owned_by: listing.ownedBy })
 
-  app.get('/v1/models', { schema: { tags: ['openai'], response: { 200: ModelList, ...errorResponses } } }, async () => {
+  app.get('/v1/models', { schema: { summary: 'Models this node can serve, locally or through peers (OpenAI)', tags: ['openai'], response: { 200: ModelList, ...errorResponses } } }, async () => {
     const created = Math.floor(Date.now() / 1000)
     return { object: 'list' as const, data: router.models().map((listing) => toModel(listing, created)) }
   })
@@ -28,7 +28,7 @@ export const openaiModelRoutes: FastifyPluginAsyncZod<OpenAIModelRoutesOptions> 
   // Model ids hold slashes (hf.co/org/repo/file.gguf): the SDKs send them percent-encoded, curl users often raw,
   // so the id is the whole rest of the path.
   app.get('/v1/models/*', {
-    schema: { tags: ['openai'], params: z.object({ '*': z.string().min(1).max(1024) }), response: { 200: Model, ...errorResponses } }
+    schema: { summary: 'One model by id (OpenAI)', tags: ['openai'], params: z.object({ '*': z.string().min(1).max(1024) }), response: { 200: Model, ...errorResponses } }
   }, async (request) => {
     const id = request.params['*']
     const listing = router.models().find((model) => model.modelID === id || sameModel(model.modelID, id))

@@ -12,14 +12,14 @@ export interface TokenRoutesOptions {
 /** POST /v1/tokenize and /v1/detokenize, as llama-server has them: a model's token ids for a text, and back. */
 export const tokenRoutes: FastifyPluginAsyncZod<TokenRoutesOptions> = async (app, { tokenizer }) => {
   app.post('/v1/tokenize', {
-    schema: { tags: ['openai'], body: TokenizeRequest, response: { 200: TokenizeResult, ...errorResponses } }
+    schema: { summary: 'Tokenize text with a model (llama-server)', tags: ['openai'], body: TokenizeRequest, response: { 200: TokenizeResult, ...errorResponses } }
   }, async (request, reply) => {
     const { model, content, add_special: addSpecial } = request.body
     return { tokens: await tokenizer.tokenize(model, content, { addSpecial: addSpecial === true, signal: clientGone(reply) }) }
   })
 
   app.post('/v1/detokenize', {
-    schema: { tags: ['openai'], body: DetokenizeRequest, response: { 200: DetokenizeResult, ...errorResponses } }
+    schema: { summary: 'Turn tokens back into text (llama-server)', tags: ['openai'], body: DetokenizeRequest, response: { 200: DetokenizeResult, ...errorResponses } }
   }, async (request, reply) => {
     const { model, tokens } = request.body
     return { content: await tokenizer.detokenize(model, tokens, { signal: clientGone(reply) }) }
