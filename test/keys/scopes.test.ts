@@ -59,6 +59,13 @@ test('an inference key can chat and list models, and gets 403 permission_error o
     assert.match(res.body.error.message, /inference scope/)
   }
   assert.equal((await inference.get('/health')).status, 200)
+  // The other OpenAI-compatible endpoints are in the scope too: whatever they answer, it is not a 403.
+  for (const [method, path, body] of [['POST', '/v1/completions', { model: TINY_MODEL_ID, prompt: 'hi', max_tokens: 2 }],
+    ['POST', '/v1/embeddings', { model: TINY_MODEL_ID, input: 'hi' }], ['POST', '/v1/tokenize', { model: TINY_MODEL_ID, content: 'hi' }],
+    ['POST', '/v1/detokenize', { model: TINY_MODEL_ID, tokens: [1] }], ['GET', `/v1/models/${TINY_MODEL_ID}`, undefined]] as const) {
+    const res = await inference.send(method, path, body === undefined ? undefined : JSON.stringify(body), body === undefined ? {} : { 'content-type': 'application/json' })
+    assert.notEqual(res.status, 403, `${method} ${path}: ${JSON.stringify(res.body)}`)
+  }
   assert.equal((await inference.get('/v1/nothing-here')).status, 404, 'an unknown route is still a 404')
 
   // Nothing changed: no key made, settings and wallet as they were.
