@@ -21,6 +21,9 @@ export const SSE_KEEPALIVE_MS = 15_000
  */
 export const MAX_SSE_BUFFERED_BYTES = 1024 * 1024
 
+/** What an SseStream gathers for its next write before a writer that waits on `drained()` is held up. */
+const MAX_PENDING_CHARS = 64 * 1024
+
 /** Emitted on a stream's response when the node cuts it (`cutStream`), so the work feeding it stops too. */
 const STREAM_CUT = 'meshnode:stream-cut'
 
@@ -113,10 +116,20 @@ export class SseStream {
     this.#queue(`: ${text}\n\n`)
   }
 
-  /** Resolves at once while the socket takes more; else once it has drained. ClientClosedError once the client left. */
+  /**
+   * Resolves at once while the socket takes more and little is pending; else writes what is pending and waits until
+   * the socket has drained. ClientClosedError once the client has left.
+   */
   async drained (): Promise<void> {
-    if (this.#raw.writableEnded || this.#raw.destroyed) throw new ClientClosedError()
-    if (this.#full) await drained(this.#raw)
+    for (;;) {
+      if (this.#raw.writableEnded || this.#raw.destroyed) throw new ClientClosedError()
+      if (this.#full) {
+        await drained(this.#raw)
+        continue
+      }
+      if (this.#pending.length < MAX_PENDING_CHARS) return
+      this.#flush() // a turn's events are piling up: write them now, and wait if the socket is full
+    }
   }
 
   /** Writes what is pending and `last`, and ends the response. */

@@ -63,14 +63,15 @@ export async function tempDir (t: TestContext, prefix = 'meshnode-test-'): Promi
   return dir
 }
 
-export async function startTestNode (t: TestContext, overrides: Partial<NodeConfig> = {}): Promise<TestNode> {
+/** `logDestination` receives the node's JSON log lines (set `logLevel` in `overrides` to see any). */
+export async function startTestNode (t: TestContext, overrides: Partial<NodeConfig> = {}, options: { logDestination?: NodeJS.WritableStream } = {}): Promise<TestNode> {
   const dataDir = overrides.dataDir ?? await tempDir(t)
   const config = defaultConfig({ port: 0, dataDir, logLevel: process.env.MESHNODE_TEST_LOG ?? 'silent', threads: 1, ...overrides })
-  return await launch(t, config)
+  return await launch(t, config, options)
 }
 
-async function launch (t: TestContext, config: NodeConfig): Promise<TestNode> {
-  const node = await startNode(config)
+async function launch (t: TestContext, config: NodeConfig, options: { logDestination?: NodeJS.WritableStream } = {}): Promise<TestNode> {
+  const node = await startNode(config, options)
   t.after(() => node.close())
   const result: TestNode = {
     node,
@@ -81,7 +82,7 @@ async function launch (t: TestContext, config: NodeConfig): Promise<TestNode> {
     restart: async () => {
       await node.close()
       // A fresh port: fetch's pooled keep-alive sockets to the old one are dead, and a test should not trip on that.
-      return await launch(t, config)
+      return await launch(t, config, options)
     }
   }
   return result
