@@ -94,3 +94,19 @@ test('a model neither here nor on a peer is 404 not_found naming it, in chat, co
     })
   }
 })
+
+test('/openapi.json documents every OpenAI endpoint with its request and response schemas', async (t) => {
+  const { api } = await startTestNode(t)
+  const { body: doc } = await api.get('/openapi.json')
+  for (const path of ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/tokenize', '/v1/detokenize']) {
+    const post = doc.paths[path]?.post
+    assert.ok(post != null, `${path} documented`)
+    assert.ok(post.requestBody?.content?.['application/json']?.schema != null, `${path} has its request schema`)
+    assert.ok(post.responses['200'] != null && post.responses['400'] != null && post.responses['404'] != null, `${path} has its answers`)
+  }
+  assert.ok(doc.paths['/v1/models']?.get?.responses['200'] != null)
+  const retrieve = Object.entries(doc.paths as Record<string, { get?: { responses: Record<string, unknown> } }>).find(([path]) => path.startsWith('/v1/models/'))
+  assert.ok(retrieve?.[1].get?.responses['404'] != null, 'GET /v1/models/{id} documented')
+  const chat = JSON.stringify(doc.paths['/v1/chat/completions'].post)
+  for (const field of ['tools', 'tool_choice', 'parallel_tool_calls', 'logit_bias', 'tool_calls', 'tool_call_id']) assert.ok(chat.includes(`"${field}"`), `chat documents ${field}`)
+})
