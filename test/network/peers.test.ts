@@ -2,6 +2,7 @@ import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import OpenAI from 'openai'
+import { readSse } from '../../src/cli/sse.ts'
 import type { NodeConfig } from '../../src/config.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings, type TestRelay } from '../support/network.ts'
@@ -120,15 +121,26 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     await waitFor(() => first.node.engine.stats().busySlots === 1, { what: 'the first peer busy with its own request' })
 
     const secondBefore = await servedCount(second)
+    const response = await fetch(`${a.node.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: hello, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } })
+    })
+    // The stream opened while the request waits at the first peer, naming it; the failover before the first token
+    // is announced by a `served-by` comment, so the last node named is the one that answered.
+    assert.equal(response.status, 200)
+    const named = [response.headers.get('x-served-by')]
+    assert.deepEqual(named, [`peer:${first.nodeID}`])
     const answer = (async () => {
-      const { data: stream, response } = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } }).withResponse()
       let text = ''
       let usage: OpenAI.CompletionUsage | null | undefined = null
-      for await (const chunk of stream) {
+      for await (const { data } of readSse(response, { onComment: (comment) => { if (comment.startsWith('served-by ')) named.push(comment.slice(10)) } })) {
+        if (data === '[DONE]') continue
+        const chunk = JSON.parse(data) as OpenAI.Chat.Completions.ChatCompletionChunk
         text += chunk.choices[0]?.delta.content ?? ''
         usage = chunk.usage ?? usage
       }
-      return { text, usage, servedBy: response.headers.get('x-served-by') }
+      return { text, usage }
     })()
     await waitFor(() => first.node.engine.stats().queued === 1, { what: 'A\'s request to be waiting at the first peer' })
     // Kill the first peer: its peer network goes first (every connection to it drops), then the rest of the node.
@@ -137,15 +149,15 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     await first.node.close()
     await held
 
-    const { text, usage, servedBy } = await answer
+    const { text, usage } = await answer
     assert.ok(text.length > 0)
-    assert.equal(servedBy, `peer:${second.nodeID}`, 'the header names the peer that answered, after failover')
+    assert.deepEqual(named, [`peer:${first.nodeID}`, `peer:${second.nodeID}`], 'the last node named is the peer that answered, after failover')
     assert.equal(usage?.completion_tokens, 6)
     assert.equal(await servedCount(second), secondBefore + 1, 'the second peer answered it')
     await waitFor(() => !a.node.network.isKnownPeer(first.nodeID), { what: 'A to drop the killed peer' })
     assert.deepEqual((await a.api.get('/v1/app/peers')).body.peers.map((p: { nodeID: string }) => p.nodeID), [second.nodeID])
-    const { response } = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 2 }).withResponse()
-    assert.equal(response.headers.get('x-served-by'), `peer:${second.nodeID}`)
+    const next = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 2 }).withResponse()
+    assert.equal(next.response.headers.get('x-served-by'), `peer:${second.nodeID}`)
   })
 })
 
