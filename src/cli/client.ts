@@ -33,7 +33,8 @@ export class ApiClient {
 
   constructor (options: ClientOptions) {
     const port = options.port ?? DEFAULT_PORT
-    this.baseUrl = (options.url ?? `http://127.0.0.1:${port}`).replace(/\/+$/, '')
+    // The OpenAI-style base URL (`…/v1`) is accepted too: our paths carry their own /v1
+    this.baseUrl = (options.url ?? `http://127.0.0.1:${port}`).replace(/\/+$/, '').replace(/\/v1$/, '')
     const fromEnv = process.env.MESHNODE_API_KEY === '' ? undefined : process.env.MESHNODE_API_KEY
     const key = options.apiKey ?? fromEnv ?? readAdminToken(options.dataDir ?? defaultDataDir())
     this.#authorization = key == null ? null : `Bearer ${key}`
@@ -61,7 +62,9 @@ export class ApiClient {
       response = await fetch(this.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal })
     } catch (err) {
       if (signal?.aborted === true) throw err
-      throw new ApiError(0, 'connection_error', `Cannot reach the node at ${this.baseUrl} (${(err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message}). Is it running? Start it with: meshnode serve`)
+      const reason = (err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message
+      throw new ApiError(0, 'connection_error', `Cannot reach the node at ${this.baseUrl} (${reason}). Is it running? ` +
+        'Start it with: meshnode serve (or npm start in the meshnode folder), or point --url or --port at a running one')
     }
     if (!response.ok) {
       const text = await response.text()

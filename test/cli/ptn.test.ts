@@ -34,7 +34,7 @@ test('meshnode ptn list/create/invite/issue-cert/join-with-cert/import-ca-key/le
   assert.match(list.stdout, new RegExp(`^${ptnID}\\s+lab\\s+admin\\s+[12]\\s+active$`, 'm'))
   const { certData, role } = JSON.parse(cert.stdout)
   assert.equal(role, 'consumer')
-  assert.equal((await meshnode(admin, ['ptn', 'issue-cert', ptnID, member.nodeID, '--role', 'root'])).code, 1)
+  assert.equal((await meshnode(admin, ['ptn', 'issue-cert', ptnID, member.nodeID, '--role', 'root'])).code, 2, 'a usage error (README, Exit codes)')
 
   const joined = await meshnode(member, ['ptn', 'join-with-cert', certData])
   assert.equal(joined.code, 0, joined.stderr)

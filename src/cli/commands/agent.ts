@@ -56,7 +56,7 @@ export function registerAgent (program: Command): void {
         print(list, options.json, () => list.conversations.length === 0
           ? 'No conversations. Start one with: meshnode agent send <peerID> <message>'
           : formatTable(['id', 'peer', 'peer name', 'messages', 'last message'],
-            list.conversations.map((c) => [c.id, c.peerID.slice(0, 16), c.peerName, c.messageCount, c.lastMessage])))
+            list.conversations.map((c) => [c.id, c.peerID, c.peerName, c.messageCount, c.lastMessage])))
         return
       }
       const detail = await client.get<ConversationDetail>(`/v1/app/agent/conversations/${encodeURIComponent(id)}`)

@@ -12,7 +12,7 @@ export function registerPeers (program: Command): void {
         ? 'No peers. Turn on the LAN cluster (meshnode config set cluster_enabled true) or WAN (wan_enabled, wan_relay_url).'
         : formatTable(['node', 'name', 'type', 'status', 'model', 'latency', 'load', 'price/1k'],
           list.peers.map((p) => [
-            p.nodeID.slice(0, 16),
+            p.nodeID, // whole: it is pasted into wallet send and ptn issue-cert
             p.name,
             p.type,
             p.status,

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Command } from 'commander'
 import { defaultDataDir } from '../../config.ts'
+import { wholeNumber } from './common.ts'
 
 export const DEFAULT_RELAY_PORT = 11436
 
@@ -22,6 +23,8 @@ export function registerRelay (program: Command): void {
     .option('--data-dir <dir>', 'where the relay key lives (it keeps the relay\'s peer id across restarts)', join(defaultDataDir(), 'relay'))
     .option('--announce <multiaddr>', 'address to announce instead of the listen address, e.g. a public one (repeatable)', collect, [])
     .action(async (options: RelayCommandOptions) => {
+      const port = wholeNumber('--port', options.port, 0, 65535)
+      const tcpPort = options.tcpPort == null ? null : wholeNumber('--tcp-port', options.tcpPort, 0, 65535)
       // Imported here, not at the top: every other command would pay for loading libp2p.
       const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity }, { startRelay }] = await Promise.all([
         import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts'), import('../../network/relay.ts')
@@ -33,9 +36,9 @@ export function registerRelay (program: Command): void {
       let relay
       try {
         relay = await startRelay({
-          port: parsePort(options.port, '--port'),
+          port,
           host: options.host,
-          tcpPort: options.tcpPort == null ? null : parsePort(options.tcpPort, '--tcp-port'),
+          tcpPort,
           seed: identity.seed,
           announce: options.announce.length > 0 ? options.announce : undefined,
           log
@@ -59,20 +62,10 @@ export function registerRelay (program: Command): void {
           process.exitCode = 1
         })
       }
-      process.on('SIGTERM', () => { stop('SIGTERM') })
-      process.on('SIGINT', () => { stop('SIGINT') })
+      for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => { stop(signal) })
     })
 }
 
 function collect (value: string, previous: string[]): string[] {
   return [...previous, value]
-}
-
-function parsePort (value: string, flag: string): number {
-  const port = Number(value)
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    process.stderr.write(`meshnode: ${flag} must be a whole number from 0 to 65535, not ${value}\n`)
-    process.exit(2)
-  }
-  return port
 }

@@ -3,6 +3,7 @@ import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
+import { wholeNumber } from './common.ts'
 
 interface ServeOptions {
   port: string
@@ -46,17 +47,17 @@ export function registerServe (program: Command): void {
     .option('--tls-key <file>', 'PEM private key of --tls-cert')
     .option('--reset-identity', 'start even though node.key or meshnode.db is missing beside the other: a new key, or a fresh database (see docs/API.md, Identity)')
     .action(async (options: ServeOptions) => {
-      const port = parseWhole('--port', options.port, 0, 65535)
+      const port = wholeNumber('--port', options.port, 0, 65535)
       const defaults = defaultConfig()
       const config = defaultConfig({
         port,
         host: options.host,
         dataDir: options.dataDir,
         name: options.name ?? null,
-        threads: options.threads == null ? null : parseWhole('--threads', options.threads, 1, 256),
-        slots: options.slots == null ? defaults.slots : parseWhole('--slots', options.slots, 1, 64),
-        queueSize: options.queueSize == null ? defaults.queueSize : parseWhole('--queue-size', options.queueSize, 0, 10_000),
-        contextSize: options.contextSize == null ? defaults.contextSize : parseWhole('--context-size', options.contextSize, 128, 1_048_576),
+        threads: options.threads == null ? null : wholeNumber('--threads', options.threads, 1, 256),
+        slots: options.slots == null ? defaults.slots : wholeNumber('--slots', options.slots, 1, 64),
+        queueSize: options.queueSize == null ? defaults.queueSize : wholeNumber('--queue-size', options.queueSize, 0, 10_000),
+        contextSize: options.contextSize == null ? defaults.contextSize : wholeNumber('--context-size', options.contextSize, 128, 1_048_576),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
@@ -153,14 +154,4 @@ function tlsFiles (options: ServeOptions): { certFile: string, keyFile: string }
 
 function collect (value: string, previous: string[]): string[] {
   return [...previous, value]
-}
-
-/** A whole-number option in range, or a clear message and exit code 2 (a usage error, as commander's own). */
-function parseWhole (option: string, value: string, min: number, max: number): number {
-  const number = Number(value)
-  if (!/^\d+$/.test(value) || number < min || number > max) {
-    process.stderr.write(`meshnode: ${option} must be a whole number from ${min} to ${max}, not ${value}\n`)
-    process.exit(2)
-  }
-  return number
 }

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander'
 import type { ChainStatus, SendResult, TransactionList, WalletSummary } from '../../http/schemas/wallet.ts'
 import { formatPairs, formatTable, print } from '../output.ts'
-import { clientFor, withClientOptions } from './common.ts'
+import { clientFor, wholeNumberOption, withClientOptions } from './common.ts'
 
 export function registerWallet (program: Command): void {
   const wallet = program.command('wallet').description('credits: balance, transactions, sends, on-chain status')
@@ -20,11 +20,11 @@ export function registerWallet (program: Command): void {
     })
 
   withClientOptions(wallet.command('transactions').description('list transactions, newest first')
-    .option('--limit <n>', 'how many (1 to 500)', '20'))
+    .option('--limit <n>', 'how many (1 to 500)', wholeNumberOption('--limit', 1, 500), 20))
     .action(async (_options, command: Command) => {
       const { client, options } = clientFor(command)
-      const limit = command.opts<{ limit: string }>().limit
-      const list = await client.get<TransactionList>(`/v1/app/wallet/transactions?limit=${encodeURIComponent(limit)}`)
+      const limit = command.opts<{ limit: number }>().limit
+      const list = await client.get<TransactionList>(`/v1/app/wallet/transactions?limit=${limit}`)
       print(list, options.json, () => list.transactions.length === 0
         ? 'No transactions.'
         : formatTable(['time', 'type', 'amount', 'peer', 'memo', 'id'],
