@@ -6,6 +6,7 @@ import type { DemandDrivenModelsOptions } from './network/demand-driven-models.t
 import type { PeerNetworkOptions } from './network/peer-network.ts'
 import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
+import type { LogFormat } from './log-format.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
@@ -37,6 +38,8 @@ export interface NodeConfig {
   allowedOrigins: string[]
   allowedHosts: string[]
   logLevel: string
+  /** JSON lines (the default, for machines) or human lines (`serve` picks it for a terminal). */
+  logFormat?: LogFormat
   /** Base URL of the model hub (`$HF_ENDPOINT`, default https://huggingface.co); tests point it at a fake hub. */
   hfEndpoint: string
   /** `$HF_TOKEN`, sent to the hub for gated or private repos; null when unset. */

@@ -1,10 +1,16 @@
 import { pino, type Logger } from 'pino'
+import { prettyStream, type LogFormat } from './log-format.ts'
 
 /**
- * Structured JSON logs. Secrets never reach them: request headers are not logged by fastify's serializers, and the
- * redaction list below catches the fields where a key, token or private key could appear if someone logged them.
+ * Structured logs, JSON or pretty. Secrets never reach them: request headers are not logged by fastify's serializers,
+ * and the redaction list below catches the fields where a key, token or private key could appear if someone logged
+ * them. The pretty format is made from the same (redacted) JSON record, so it cannot show more than JSON would.
  */
-export function createLogger (level: string, destination?: NodeJS.WritableStream): Logger {
+export function createLogger (level: string, destination?: NodeJS.WritableStream, format: LogFormat = 'json'): Logger {
+  const out = destination ?? process.stdout
+  const stream = format === 'pretty'
+    ? prettyStream(out, { colors: (out as { isTTY?: boolean }).isTTY === true && process.env.NO_COLOR == null })
+    : destination
   return pino({
     level,
     redact: {
@@ -15,5 +21,5 @@ export function createLogger (level: string, destination?: NodeJS.WritableStream
       ],
       censor: '[redacted]'
     }
-  }, destination as pino.DestinationStream | undefined)
+  }, stream as pino.DestinationStream | undefined)
 }

@@ -50,7 +50,7 @@ export interface RunningNode {
 
 /** The composition root: builds every part of the node from its config, wires them, and starts listening. */
 export async function startNode (config: NodeConfig, options: { logDestination?: NodeJS.WritableStream } = {}): Promise<RunningNode> {
-  const log = createLogger(config.logLevel, options.logDestination)
+  const log = createLogger(config.logLevel, options.logDestination, config.logFormat)
   // TLS is for keys that cross a network: the network listeners speak it, the loopback listener stays plain HTTP.
   if (config.tls != null && !(isLoopbackAddress(config.host) || config.host === 'localhost')) {
     throw new InvalidInputError(`--tls-cert applies to the network listeners: keep --host on loopback (not ${config.host}) and choose the network address with --network-host`)

@@ -146,6 +146,19 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   const requests = deps.metrics.counter('meshnode_http_requests_total', 'HTTP requests by route and status')
   const latency = deps.metrics.histogram('meshnode_http_request_duration_seconds', 'HTTP request latency by route',
     [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30])
+  // A client that leaves before its answer is complete (a closed tab, a Ctrl-C, a timeout on its side) is no error of
+  // ours: one info line and a count, whatever the route (streams included; hijacked replies never reach onResponse).
+  const disconnects = deps.metrics.counter('meshnode_http_client_disconnects_total', 'Requests whose client left before the response was complete, by route')
+  app.addHook('onRequest', async (request, reply) => {
+    reply.raw.once('close', () => {
+      if (reply.raw.writableEnded) return
+      const route = request.routeOptions.url ?? 'unmatched'
+      const shuttingDown = !app.server.listening // the grace period ran out and the node cut the connection itself
+      if (!shuttingDown) disconnects.inc({ route })
+      request.log.info({ method: request.method, path: request.url.split('?')[0], ms: Math.round(reply.elapsedTime), headersSent: reply.raw.headersSent },
+        shuttingDown ? 'request cut by shutdown' : 'client disconnected before the response was complete')
+    })
+  })
   app.addHook('onSend', async (request, reply) => {
     void reply.header('x-request-id', request.id)
   })

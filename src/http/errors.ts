@@ -131,6 +131,13 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
 }
 
 export function errorHandler (err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (reply.raw.destroyed || request.raw.socket?.destroyed === true) {
+    // The client left, and the failure is the work it started being stopped (STYLE §4: a client leaving is not an
+    // error). The disconnect was logged once already (app.ts); nobody is there to read an envelope.
+    request.log.debug({ reason: err instanceof Error ? err.message : String(err) }, 'request ended after its client left')
+    reply.hijack() // nothing will be sent; fastify must not wait for it
+    return reply
+  }
   const envelope = toEnvelope(err, request.id, request.log)
   if (envelope.status === 499) {
     reply.hijack()

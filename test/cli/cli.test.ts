@@ -2,7 +2,8 @@ import { test } from 'node:test'
 import { runCli as meshnode } from '../support/cli.ts'
 import assert from 'node:assert/strict'
 import { createServer } from 'node:net'
-import { exitOf, spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
+import { spawn } from 'node:child_process'
+import { CLI, exitOf, spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
 
 test('serve answers /health after start and exits 0 on SIGTERM, closing the database', async (t) => {
   const dataDir = await tempDir(t)
@@ -85,5 +86,25 @@ test('serve refuses out-of-range numeric options with a usage error naming the o
     const result = await meshnode(['serve', option, value, '--data-dir', dataDir])
     assert.equal(result.code, 2, option)
     assert.ok(result.stderr.includes(`${option} must be a whole number from ${range}, not ${value}`), result.stderr)
+  }
+})
+
+test('serve --log-format pretty writes human lines; --log-format json and --log-level choose the rest; bad values are usage errors', async (t) => {
+  const dataDir = await tempDir(t)
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir, '--log-format', 'pretty', '--log-level', 'debug'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  t.after(() => { if (child.exitCode == null) child.kill('SIGKILL') })
+  let out = ''
+  child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
+  const port = await waitFor(() => /^\d\d:\d\d:\d\d\.\d{3} INFO {2}meshnode is listening nodeID=[0-9a-f]{64} port=(\d+) dataDir=/m.exec(out)?.[1], { timeoutMs: 60_000, what: 'the pretty listening line' })
+  assert.equal((await fetch(`http://127.0.0.1:${port}/nowhere`)).status, 404)
+  await waitFor(() => /DEBUG request refused type=not_found/.test(out), { what: 'the debug line of a refusal (--log-level debug)' })
+  child.kill('SIGTERM')
+  assert.deepEqual(await exitOf(child), { code: 0, signal: null })
+  assert.ok(!out.split('\n').some((line) => line.startsWith('{')), 'no JSON line')
+
+  for (const [option, value, message] of [['--log-format', 'xml', '--log-format must be auto, json or pretty, not xml'], ['--log-level', 'loud', '--log-level must be one of trace, debug, info, warn, error, fatal, silent, not loud']]) {
+    const result = await meshnode(['serve', option, value, '--data-dir', dataDir])
+    assert.equal(result.code, 2, option)
+    assert.ok(result.stderr.includes(`meshnode: ${message}`), result.stderr)
   }
 })

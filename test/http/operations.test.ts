@@ -23,7 +23,8 @@ test('keep_awake holds a sleep inhibitor while on, or the snapshot says why it c
 })
 
 test('closing the node (what SIGTERM does) finishes the request in flight, then closes the database', async (t) => {
-  const { node, openai } = await startChatNode(t, { contextSize: 8192 }, { contextLength: 8192 })
+  // A grace period no busy machine can outlast: this test is about finishing, the next one about the cut
+  const { node, openai } = await startChatNode(t, { contextSize: 8192, shutdownGraceMs: 600_000 }, { contextLength: 8192 })
   const inFlight = openai.chat.completions.create({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'go' }], max_tokens: 1500, temperature: 0 })
   await waitFor(() => node.engine.stats().busySlots === 1, { what: 'generation to start' })
   const closing = node.close()

@@ -20,7 +20,7 @@ export async function startChatNode (t: TestContext, overrides: Partial<NodeConf
   const started = await startTestNode(t, overrides)
   await started.node.engine.load(TINY_MODEL_ID, path)
   // The SDK sends a dummy key, as many do; the node ignores it while network access is off.
-  const openai = new OpenAI({ baseURL: `${started.node.url}/v1`, apiKey: 'sk-local-dummy', maxRetries: 0, timeout: 60_000 })
+  const openai = new OpenAI({ baseURL: `${started.node.url}/v1`, apiKey: 'sk-local-dummy', maxRetries: 0, timeout: 300_000 }) // generous: a busy machine is slow, and a deadline is no assertion
   return { ...started, openai, modelPath: path }
 }
 

@@ -22,8 +22,8 @@ test('wallet balance, transactions, send and solana print the API answers', asyn
   assert.equal(list.code, 0, list.stderr)
   assert.match(list.stdout, /grant\s+100\s+-\s+welcome grant/)
   const badLimit = await meshnode(['wallet', 'transactions', ...common, '--limit', '0'])
-  assert.equal(badLimit.code, 1)
-  assert.match(badLimit.stderr, /limit.*\(HTTP 400\)/)
+  assert.equal(badLimit.code, 2, 'a usage error, checked before asking the node (README, Exit codes)')
+  assert.match(badLimit.stderr, /--limit must be a whole number from 1 to 500, not 0/)
 
   const unknown = await meshnode(['wallet', 'send', 'ab'.repeat(32), '1.5', ...common, '--memo', 'thanks'])
   assert.equal(unknown.code, 1)

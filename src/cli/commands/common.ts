@@ -1,4 +1,5 @@
 import type { Command } from 'commander'
+import { LOG_FORMATS, LOG_LEVELS, autoLogFormat, type LogFormat } from '../../log-format.ts'
 import { ApiClient, type ClientOptions } from '../client.ts'
 
 /**
@@ -53,4 +54,22 @@ export function decimalNumberOption (option: string, min: number, max: number): 
 
 export function portOption (option: string): (value: string) => string {
   return (value) => String(wholeNumber(option, value, 0, 65535))
+}
+
+/** `--log-format` and `--log-level`, for the commands that run a server (serve, relay). */
+export function withLogOptions (command: Command): Command {
+  return command
+    .option('--log-format <format>', 'auto (human lines on a terminal, else JSON), json or pretty', 'auto')
+    .option('--log-level <level>', `${LOG_LEVELS.join(', ')} (default $MESHNODE_LOG_LEVEL, else info)`)
+}
+
+/** The log settings of a command built with withLogOptions. */
+export function logSettings (options: { logFormat: string, logLevel?: string }): { logFormat: LogFormat, logLevel: string } {
+  const format = options.logFormat
+  if (format !== 'auto' && !(LOG_FORMATS as readonly string[]).includes(format)) {
+    throw new UsageError(`--log-format must be auto, ${LOG_FORMATS.join(' or ')}, not ${format}`)
+  }
+  const level = options.logLevel ?? (process.env.MESHNODE_LOG_LEVEL === '' ? undefined : process.env.MESHNODE_LOG_LEVEL) ?? 'info'
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, not ${level}`)
+  return { logFormat: format === 'auto' ? autoLogFormat(process.stdout.isTTY === true) : format as LogFormat, logLevel: level }
 }

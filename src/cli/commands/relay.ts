@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Command } from 'commander'
 import { defaultDataDir } from '../../config.ts'
-import { wholeNumber } from './common.ts'
+import { logSettings, wholeNumber, withLogOptions } from './common.ts'
 
 export const DEFAULT_RELAY_PORT = 11436
 
@@ -12,10 +12,12 @@ interface RelayCommandOptions {
   tcpPort?: string
   dataDir: string
   announce: string[]
+  logFormat: string
+  logLevel?: string
 }
 
 export function registerRelay (program: Command): void {
-  program.command('relay')
+  withLogOptions(program.command('relay'))
     .description('run a WAN relay: circuit relay for nodes behind NAT, and the directory through which nodes find each other')
     .option('--port <port>', 'WebSocket port nodes connect to (their wan_relay_url is ws://<host>:<port>)', String(DEFAULT_RELAY_PORT))
     .option('--host <ip>', 'IP address to listen on (0.0.0.0 to accept nodes from other machines)', '127.0.0.1')
@@ -25,11 +27,12 @@ export function registerRelay (program: Command): void {
     .action(async (options: RelayCommandOptions) => {
       const port = wholeNumber('--port', options.port, 0, 65535)
       const tcpPort = options.tcpPort == null ? null : wholeNumber('--tcp-port', options.tcpPort, 0, 65535)
+      const { logFormat, logLevel } = logSettings(options)
       // Imported here, not at the top: every other command would pay for loading libp2p.
       const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity }, { startRelay }] = await Promise.all([
         import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts'), import('../../network/relay.ts')
       ])
-      const log = createLogger(process.env.MESHNODE_LOG_LEVEL ?? 'info')
+      const log = createLogger(logLevel, undefined, logFormat)
       mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
       // The relay's own key, in its own data dir: a node's key must never double as a relay's.
       const identity = loadOrCreateIdentity(options.dataDir)

@@ -3,7 +3,7 @@ import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
-import { wholeNumber } from './common.ts'
+import { logSettings, wholeNumber, withLogOptions } from './common.ts'
 
 interface ServeOptions {
   port: string
@@ -22,13 +22,15 @@ interface ServeOptions {
   networkHost?: string
   tlsCert?: string
   tlsKey?: string
+  logFormat: string
+  logLevel?: string
 }
 
 /** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
 const LAST_RESORT_CLOSE_MS = 5_000
 
 export function registerServe (program: Command): void {
-  program.command('serve')
+  withLogOptions(program.command('serve'))
     .description('run the node in the foreground')
     .option('--port <port>', 'HTTP port', String(DEFAULT_PORT))
     .option('--host <host>', 'address to listen on (loopback unless you mean to expose the node)', DEFAULT_HOST)
@@ -50,6 +52,7 @@ export function registerServe (program: Command): void {
       const port = wholeNumber('--port', options.port, 0, 65535)
       const defaults = defaultConfig()
       const config = defaultConfig({
+        ...logSettings(options),
         port,
         host: options.host,
         dataDir: options.dataDir,
