@@ -7,6 +7,7 @@ import type { PeerNetworkOptions } from './network/peer-network.ts'
 import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
+import type { GpuChoice } from './inference/gpu.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
@@ -49,6 +50,8 @@ export interface NodeConfig {
    * (downloaded first if need be). Null: the model loaded when the node last stopped, if any.
    */
   model?: string | null
+  /** `serve --gpu`: the llama.cpp backend (default `auto`: the best installed one that works, else the CPU). */
+  gpu?: GpuChoice
   /** Disk a model download must leave free (default 256 MiB); tests raise it to see a full disk refused. */
   diskHeadroomBytes?: number
   /**

@@ -10,7 +10,7 @@ import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
-import { LocalEngine, LocalRouter, defaultInferenceThreads, type LocalModel, type LocalModels } from './inference/index.ts'
+import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu, type LocalModel, type LocalModels } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { ModelStore, sameModel, type ModelRecord } from './models/index.ts'
@@ -76,8 +76,13 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const keys = new ApiKeys({ db }, { adminToken })
     const sessions = new Sessions({ keys })
     const keepAwake = new KeepAwake({ log: log.child({ part: 'keep-awake' }) })
-    const engine = new LocalEngine({ log: log.child({ part: 'engine' }) }, {
-      threads: config.threads ?? defaultInferenceThreads(availableParallelism()),
+    // Issue 10: the llama.cpp build, chosen before anything loads; a named backend that is not installed stops the start
+    const threads = config.threads ?? defaultInferenceThreads(availableParallelism())
+    const gpuChoice = config.gpu ?? 'auto'
+    const accelerator = new Accelerator(planGpu(gpuChoice, join(config.dataDir, 'gpu'), hardware.gpu), { log: log.child({ part: 'gpu' }) })
+    if (gpuChoice !== 'auto' && gpuChoice !== 'off') await accelerator.llama(threads) // a named backend must start, or the node does not
+    const engine = new LocalEngine({ log: log.child({ part: 'engine' }), accelerator }, {
+      threads,
       slots: config.slots,
       queueSize: config.queueSize,
       contextSize: config.contextSize
@@ -180,7 +185,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       health: () => ({ status: 'ok', version: VERSION, nodeID: identity.nodeID, uptimeSeconds: uptimeSeconds() }),
       snapshot: () => ({
         node: { nodeID: identity.nodeID, name, version: VERSION, port, uptimeSeconds: uptimeSeconds() },
-        hardware,
+        hardware: { ...hardware, gpu: { ...accelerator.status(), detected: hardware.gpu } },
         keepAwake: keepAwake.status(),
         model: models.loadedModel(),
         models: models.list(),
@@ -221,6 +226,11 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     if (settings.get().allow_network_access) await networkListener.open()
     log.info({ nodeID: identity.nodeID, port, dataDir: config.dataDir, network: networkListener.addresses() }, 'meshnode is listening')
     models.resumeInterrupted() // in the background: downloads stopped by the last shutdown go on from their .part
+    if (accelerator.backend() == null) {
+      // --gpu auto with GPU binaries installed: find out now which one works, so /v1/app says so before a first load
+      const warming = accelerator.llama(threads).then(() => undefined, (err: unknown) => { log.warn({ err }, 'llama.cpp did not start') })
+      cleanups.unshift(async () => { await warming })
+    }
     if (startModel == null) models.reloadLast()
     else models.loadInBackground(startModel)
 

@@ -10,6 +10,7 @@ import { registerRelay } from './commands/relay.ts'
 import { registerServe } from './commands/serve.ts'
 import { registerModels } from './commands/models.ts'
 import { registerRun } from './commands/run.ts'
+import { registerGpu } from './commands/gpu.ts'
 import { registerStatus } from './commands/status.ts'
 import { registerWallet } from './commands/wallet.ts'
 import { registerAgent } from './commands/agent.ts'
@@ -33,6 +34,7 @@ export function buildProgram (): Command {
   registerPeers(program)
   registerWallet(program)
   registerModels(program)
+  registerGpu(program)
   registerPtn(program)
   registerAgent(program)
   registerDashboard(program)

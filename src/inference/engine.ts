@@ -11,7 +11,8 @@ import { ChunkQueue } from './chunk-queue.ts'
 import { planCompletion } from './completion.ts'
 import { Embedder } from './embeddings.ts'
 import { ModelLoadError, ModelSwappedError, NoModelLoadedError, QueueFullError } from './errors.ts'
-import { defaultInferenceThreads, getSharedLlama, llamaModule } from './llama.ts'
+import { Accelerator } from './gpu.ts'
+import { defaultInferenceThreads, llamaModule } from './llama.ts'
 import { checkTokenIDs } from './sampling.ts'
 import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type Requester } from './slot-cache.ts'
 import { SlotPool } from './slot-pool.ts'
@@ -29,6 +30,8 @@ export interface InferenceLogger {
 export interface LocalEngineDeps {
   /** Default: silent. */
   log?: InferenceLogger
+  /** The llama.cpp build models run on (CPU or a GPU backend). Default: the CPU. */
+  accelerator?: Accelerator
 }
 
 export interface LocalEngineOptions {
@@ -63,6 +66,11 @@ export interface LoadedModelInfo {
   readonly chatTemplate: string
   /** Length of the model's embedding vectors. */
   readonly embeddingLength: number
+  /** Where it runs: `cpu`, or the GPU backend holding some of its layers. */
+  readonly backend: string
+  /** Layers offloaded to the GPU (0 on the CPU), of `totalLayers`. */
+  readonly gpuLayers: number
+  readonly totalLayers: number
 }
 
 export interface EngineStats {
@@ -101,6 +109,7 @@ interface ActiveModel {
  */
 export class LocalEngine implements ChatEngine {
   private readonly log: InferenceLogger
+  private readonly accelerator: Accelerator
   private readonly threads: number
   private readonly slotCount: number
   private readonly queueSize: number
@@ -115,6 +124,7 @@ export class LocalEngine implements ChatEngine {
 
   constructor (deps: LocalEngineDeps, options: LocalEngineOptions = {}) {
     this.log = deps.log ?? SILENT_LOGGER
+    this.accelerator = deps.accelerator ?? Accelerator.cpu()
     this.threads = integerOption('threads', options.threads ?? defaultInferenceThreads(availableParallelism()), 1)
     this.slotCount = integerOption('slots', options.slots ?? DEFAULT_SLOTS, 1)
     this.queueSize = integerOption('queueSize', options.queueSize ?? DEFAULT_QUEUE_SIZE, 0)
@@ -138,7 +148,7 @@ export class LocalEngine implements ChatEngine {
         if (options.whenIdle === true && this.active != null) await idle(this.active)
         await this.unloadActive(`replaced by ${modelID}`)
         const started = performance.now()
-        const llama = await getSharedLlama(this.threads)
+        const llama = await this.accelerator.llama(this.threads)
         let model: LlamaModel
         try {
           model = await llama.loadModel({ modelPath: path })
@@ -355,7 +365,10 @@ export class LocalEngine implements ChatEngine {
       trainContextLength,
       slots: this.slotCount,
       chatTemplate: chatWrapper.wrapperName,
-      embeddingLength: model.embeddingVectorSize
+      embeddingLength: model.embeddingVectorSize,
+      backend: model.gpuLayers > 0 ? (this.accelerator.backend() ?? 'cpu') : 'cpu',
+      gpuLayers: model.gpuLayers,
+      totalLayers: model.fileInsights.totalLayers
     })
     const pool = new SlotPool(slots, { queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS })
     const embedder = new Embedder(model, {

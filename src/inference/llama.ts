@@ -102,8 +102,9 @@ export class SamplingError extends Error {
 // The one module-level memo STYLE.md §11 allows, and why: node-llama-cpp binds one native llama.cpp backend per
 // process. A second getLlama() would load the addon again with its own thread pool and log hooks, and models and
 // grammars made by one Llama cannot be used with another (LlamaContext refuses a grammar "created with a different
-// Llama instance"). So every LocalEngine in the process, and every test, shares this one.
-let shared: Promise<Llama> | null = null
+// Llama instance"). So every LocalEngine in the process, and every test, shares one per backend (the CPU's, or a
+// GPU's: see gpu.ts).
+const shared = new Map<string, Promise<Llama>>()
 
 /** The number of threads we give llama.cpp by default: leave one core to Node and the network, never more than 4. */
 export function defaultInferenceThreads (cores: number): number {
@@ -111,27 +112,30 @@ export function defaultInferenceThreads (cores: number): number {
 }
 
 /**
- * The process's one Llama, CPU only, never built from source. `threads` caps llama.cpp's thread pool
- * (`maxThreads`): node-llama-cpp's default oversubscribes a small machine and runs 10-500x slower. The first
- * caller creates it; a later caller asking for more threads raises the cap, never lowers it.
+ * The process's one Llama for `gpu` (false: the CPU build), never built from source. `threads` caps llama.cpp's
+ * thread pool (`maxThreads`): node-llama-cpp's default oversubscribes a small machine and runs 10-500x slower. The
+ * first caller creates it; a later caller asking for more threads raises the cap, never lowers it.
  */
-export async function getSharedLlama (threads: number): Promise<Llama> {
-  if (shared == null) {
-    const { getLlama, LlamaLogLevel } = await llamaModule()
-    shared = getLlama({
-      gpu: false,
+export async function getSharedLlama (threads: number, gpu: 'cuda' | 'vulkan' | 'metal' | false = false): Promise<Llama> {
+  const key = gpu === false ? 'cpu' : gpu
+  let llama = shared.get(key)
+  if (llama == null) {
+    // Set before any await, so that concurrent first callers share one start
+    llama = llamaModule().then(async ({ getLlama, LlamaLogLevel }) => await getLlama({
+      gpu,
       build: 'never',
       usePrebuiltBinaries: true,
       maxThreads: threads,
       progressLogs: false,
       // warn would print llama.cpp's load chatter ("bad special token ...") for every model we open
       logLevel: LlamaLogLevel.error
-    }).catch((err: unknown) => {
-      shared = null // a failed start (no prebuilt binary) must not poison the memo: the next caller tries again
+    })).catch((err: unknown) => {
+      shared.delete(key) // a failed start (no prebuilt binary) must not poison the memo: the next caller tries again
       throw err
     })
+    shared.set(key, llama)
   }
-  const llama = await shared
-  if (llama.maxThreads < threads) llama.maxThreads = threads
-  return llama
+  const ready = await llama
+  if (ready.maxThreads < threads) ready.maxThreads = threads
+  return ready
 }

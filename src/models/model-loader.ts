@@ -13,6 +13,8 @@ export interface LoadedModel {
   modelID: string
   status: 'loaded' | 'loading'
   contextLength: number | null
+  /** Where it runs (`cpu` or the GPU backend) and how many of its layers the GPU holds; null while loading. */
+  gpu: { backend: string, gpuLayers: number, totalLayers: number } | null
 }
 
 /** The part of LocalEngine the store drives. */
@@ -45,7 +47,7 @@ export class ModelLoader {
   }
 
   /** Loads a model into the engine, replacing the one loaded; remembers it as the one to reload at the next start. */
-  async load (model: LoadableModel, options: LoadOptions = {}): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
+  async load (model: LoadableModel, options: LoadOptions = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
     const { key, modelID, path } = model
     this.#loading = { key, modelID }
     let info: LoadedModelInfo
@@ -70,9 +72,11 @@ export class ModelLoader {
 
   /** What the engine holds, or is loading, for the snapshot. */
   loadedModel (): LoadedModel | null {
-    if (this.#loading != null) return { modelID: this.#loading.modelID, status: 'loading', contextLength: null }
+    if (this.#loading != null) return { modelID: this.#loading.modelID, status: 'loading', contextLength: null, gpu: null }
     const info = this.#deps.engine.loaded()
-    return info == null ? null : { modelID: info.modelID, status: 'loaded', contextLength: info.contextLength }
+    return info == null
+      ? null
+      : { modelID: info.modelID, status: 'loaded', contextLength: info.contextLength, gpu: { backend: info.backend, gpuLayers: info.gpuLayers, totalLayers: info.totalLayers } }
   }
 
   /** The key of the engine's model; the engine may hold one loaded under an id that is not ours (a test's path). */

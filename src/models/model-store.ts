@@ -135,7 +135,7 @@ export class ModelStore {
    * ModelNotDownloadedError (409) when it is not downloaded yet; ModelLoadError (409) when the file will not load.
    * `whenIdle` lets the current model finish its requests first (a model loaded for a request that names it).
    */
-  async load (rawID: string, options: LoadOptions = {}): Promise<LoadedModel & { status: 'loaded', contextLength: number }> {
+  async load (rawID: string, options: LoadOptions = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
     const found = this.#find(rawID)
     if (found.kind === 'imported') return await this.#loader.load({ key: found.row.model_key, modelID: found.row.model_id, path: found.row.path }, options)
     const { ref } = found

@@ -124,7 +124,7 @@ test('download sends progress events, verifies the sha256, and the model loads, 
   assert.ok(load.body.contextLength > 0)
   assert.deepEqual((await stream.next('model.loaded', MODEL)).data, { modelID: MODEL, contextLength: load.body.contextLength })
   const app = (await api.get('/v1/app')).body
-  assert.deepEqual(app.model, { modelID: MODEL, status: 'loaded', contextLength: load.body.contextLength })
+  assert.deepEqual(app.model, { modelID: MODEL, status: 'loaded', contextLength: load.body.contextLength, gpu: { backend: 'cpu', gpuLayers: 0, totalLayers: app.model.gpu.totalLayers } })
   const inSnapshot = app.models.find((m: { modelID: string }) => m.modelID === MODEL)
   assert.equal(inSnapshot.status, 'loaded')
   assert.equal(inSnapshot.contextLength, 512, 'the GGUF\'s training context, known once loaded')

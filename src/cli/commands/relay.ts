@@ -36,7 +36,20 @@ export function registerRelay (program: Command): void {
       mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
       // The relay's own key, in its own data dir: a node's key must never double as a relay's.
       const identity = loadOrCreateIdentity(options.dataDir)
-      let relay
+      // Signals are handled from here on: one that arrives while the relay starts stops it as soon as it has started
+      let stopping = false
+      let relay: Awaited<ReturnType<typeof startRelay>> | null = null
+      const stop = (signal: string): void => {
+        if (stopping) process.exit(130)
+        stopping = true
+        log.info({ signal }, 'relay shutting down')
+        if (relay == null) return // not started yet: it stops right after
+        relay.stop().then(() => { process.exitCode = 0 }, (err: unknown) => {
+          process.stderr.write(`meshnode: relay shutdown failed: ${(err as Error).message}\n`)
+          process.exitCode = 1
+        })
+      }
+      for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => { stop(signal) })
       try {
         relay = await startRelay({
           port,
@@ -55,17 +68,10 @@ export function registerRelay (program: Command): void {
         return
       }
       log.info({ url: relay.url, peerId: peerIdFromIdentity(identity).toString() }, `relay ready: set wan_relay_url to ${relay.url} on the nodes`)
-      let stopping = false
-      const stop = (signal: string): void => {
-        if (stopping) process.exit(130)
-        stopping = true
-        log.info({ signal }, 'relay shutting down')
-        relay.stop().then(() => { process.exitCode = 0 }, (err: unknown) => {
-          process.stderr.write(`meshnode: relay shutdown failed: ${(err as Error).message}\n`)
-          process.exitCode = 1
-        })
+      if (stopping) {
+        stopping = false
+        stop('a signal during start')
       }
-      for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => { stop(signal) })
     })
 }
 

@@ -2,8 +2,10 @@ import { existsSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
+import type { RunningNode } from '../../node.ts'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
-import { logSettings, wholeNumber, withLogOptions } from './common.ts'
+import { GPU_CHOICES, type GpuChoice } from '../../inference/gpu.ts'
+import { UsageError, logSettings, wholeNumber, withLogOptions } from './common.ts'
 
 interface ServeOptions {
   port: string
@@ -24,6 +26,7 @@ interface ServeOptions {
   tlsKey?: string
   logFormat: string
   logLevel?: string
+  gpu: string
 }
 
 /** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
@@ -43,6 +46,7 @@ export function registerServe (program: Command): void {
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
+    .option('--gpu <backend>', `llama.cpp backend: ${GPU_CHOICES.join(', ')} (auto: the best installed one that works, else the CPU)`, 'auto')
     .option('--p2p-listen <multiaddr>', 'peer-to-peer listen address, e.g. /ip4/0.0.0.0/tcp/4002 (repeatable; default: loopback only)', collect, [])
     .option('--network-host <address>', 'where to listen on the network while allow_network_access is on (default: every address of this machine)')
     .option('--tls-cert <file>', 'PEM certificate: the network listeners speak HTTPS (with --tls-key)')
@@ -67,9 +71,31 @@ export function registerServe (program: Command): void {
         model: options.model == null ? null : modelArgument(options.model),
         resetIdentity: options.resetIdentity === true,
         networkHost: options.networkHost ?? null,
-        tls: tlsFiles(options)
+        tls: tlsFiles(options),
+        gpu: gpuChoice(options.gpu)
       })
-      let node
+      // Signals are handled from before the start: one that arrives while the node starts (after it logged that it
+      // listens, say) stops it gracefully as soon as the start is over, instead of killing it half-built
+      let node: RunningNode | null = null
+      let signals = 0
+      let pending: string | null = null
+      const stop = (signal: string): void => {
+        if (++signals > 1) {
+          process.stderr.write('meshnode: forced exit\n')
+          process.exit(130)
+        }
+        if (node == null) {
+          pending = signal
+          return
+        }
+        node.log.info({ signal }, 'shutting down: finishing requests in flight')
+        node.close().then(() => { process.exitCode = 0 }, (err: unknown) => {
+          process.stderr.write(`meshnode: shutdown failed: ${(err as Error).message}\n`)
+          process.exitCode = 1
+        })
+      }
+      // SIGHUP too: a supervisor or a closed terminal means "stop", and its default would skip the graceful close
+      for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => { stop(signal) })
       try {
         // Imported here, not at the top: client commands share this program and should not load the whole node.
         const { startNode } = await import('../../node.ts')
@@ -84,20 +110,10 @@ export function registerServe (program: Command): void {
         process.exitCode = 1
         return
       }
-      let signals = 0
-      const stop = (signal: string): void => {
-        if (++signals > 1) {
-          process.stderr.write('meshnode: forced exit\n')
-          process.exit(130)
-        }
-        node.log.info({ signal }, 'shutting down: finishing requests in flight')
-        node.close().then(() => { process.exitCode = 0 }, (err: unknown) => {
-          process.stderr.write(`meshnode: shutdown failed: ${(err as Error).message}\n`)
-          process.exitCode = 1
-        })
+      if (pending != null) {
+        signals = 0
+        stop(pending)
       }
-      // SIGHUP too: a supervisor or a closed terminal means "stop", and its default would skip the graceful close
-      for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => { stop(signal) })
       watchLauncher(() => { stop('launcher gone') })
       // The last resort (issue 14): every engine call and peer stream is guarded where it runs, so reaching here means
       // state we cannot vouch for. Log it, close what can be closed in a few seconds, and exit non-zero so that a
@@ -148,11 +164,13 @@ function modelArgument (value: string): string {
 
 function tlsFiles (options: ServeOptions): { certFile: string, keyFile: string } | null {
   if (options.tlsCert == null && options.tlsKey == null) return null
-  if (options.tlsCert == null || options.tlsKey == null) {
-    process.stderr.write('meshnode: --tls-cert and --tls-key go together\n')
-    process.exit(2)
-  }
+  if (options.tlsCert == null || options.tlsKey == null) throw new UsageError('--tls-cert and --tls-key go together')
   return { certFile: options.tlsCert, keyFile: options.tlsKey }
+}
+
+function gpuChoice (value: string): GpuChoice {
+  if (!(GPU_CHOICES as readonly string[]).includes(value)) throw new UsageError(`--gpu must be one of ${GPU_CHOICES.join(', ')}, not ${value}`)
+  return value as GpuChoice
 }
 
 function collect (value: string, previous: string[]): string[] {

@@ -12,8 +12,9 @@ export function registerStatus (program: Command): void {
         ['node', `${app.node.name} (${app.node.nodeID})`],
         ['version', app.node.version],
         ['uptime', `${app.node.uptimeSeconds}s`],
-        ['hardware', `${app.hardware.cpu}, ${app.hardware.cores} cores, ${app.hardware.memoryGB} GB${app.hardware.gpu == null ? '' : ', ' + app.hardware.gpu}`],
-        ['model', app.model == null ? null : `${app.model.modelID} (${app.model.status})`],
+        ['hardware', `${app.hardware.cpu}, ${app.hardware.cores} cores, ${app.hardware.memoryGB} GB`],
+        ['runs on', describeGpu(app.hardware.gpu)],
+        ['model', app.model == null ? null : `${app.model.modelID} (${app.model.status}${app.model.gpu == null || app.model.gpu.gpuLayers === 0 ? '' : `, ${app.model.gpu.gpuLayers}/${app.model.gpu.totalLayers} layers on ${app.model.gpu.backend}`})`],
         ['models', app.models.length],
         ['peers', `${app.peers.lan} lan, ${app.peers.wan} wan`],
         ['balance', app.wallet.currentBalance],
@@ -22,4 +23,10 @@ export function registerStatus (program: Command): void {
         ['keep awake', app.keepAwake.active ? `on (${app.keepAwake.method ?? ''})` : (app.keepAwake.reason ?? 'off')]
       ]))
     })
+}
+
+function describeGpu (gpu: AppSnapshot['hardware']['gpu']): string {
+  if (gpu.backend == null) return `deciding (--gpu ${gpu.requested})`
+  const devices = gpu.devices.length === 0 ? '' : ` (${gpu.devices.join(', ')}${gpu.vramTotalBytes == null ? '' : `, ${(gpu.vramTotalBytes / 1e9).toFixed(1)} GB VRAM`})`
+  return `${gpu.backend}${devices}${gpu.reason == null ? '' : `: ${gpu.reason}`}`
 }

@@ -45,14 +45,29 @@ export const AppSnapshot = z.object({
     cpu: z.string(),
     cores: z.number(),
     memoryGB: z.number(),
-    gpu: z.string().nullable()
+    /** What llama.cpp runs on (issue 10): the backend asked for and used, its devices and VRAM, or why the CPU. */
+    gpu: z.object({
+      requested: z.enum(['auto', 'cuda', 'vulkan', 'metal', 'off']),
+      backend: z.enum(['cuda', 'vulkan', 'metal', 'cpu']).nullable(),
+      devices: z.array(z.string()),
+      vramTotalBytes: z.number().nullable(),
+      vramFreeBytes: z.number().nullable(),
+      reason: z.string().nullable(),
+      /** A GPU the operating system shows (NVIDIA's driver), used or not. */
+      detected: z.string().nullable()
+    })
   }),
   keepAwake: z.object({
     active: z.boolean(),
     method: z.string().nullable(),
     reason: z.string().nullable()
   }),
-  model: z.object({ modelID: z.string(), status: z.string(), contextLength: z.number().nullable() }).nullable(),
+  model: z.object({
+    modelID: z.string(),
+    status: z.string(),
+    contextLength: z.number().nullable(),
+    gpu: z.object({ backend: z.string(), gpuLayers: z.number(), totalLayers: z.number() }).nullable()
+  }).nullable(),
   models: z.array(ModelRecord),
   peers: z.object({ lan: z.number(), wan: z.number() }),
   wallet: z.object({ currentBalance: z.number() }),
