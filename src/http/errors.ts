@@ -23,8 +23,9 @@ interface Classified {
 }
 
 /**
- * The client went away before the answer was complete: an outcome, not a failure. It is logged once at info, and
- * nothing is sent (there is nobody to send it to). Status 499, as nginx records it, for the metrics.
+ * The client went away before the answer was complete: an outcome, not a failure. It is logged once at info (by the
+ * close hook in app.ts, which also counts it), and nothing is sent (there is nobody to send it to). Status 499, as
+ * nginx records it.
  */
 export class ClientClosedError extends Error {
   override name = 'ClientClosedError'
@@ -122,7 +123,8 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
   if (classified.status >= 500 && classified.type === 'internal_error') {
     log.error({ err, requestID }, 'request failed unexpectedly')
   } else if (classified.status === 499) {
-    log.info({ requestID, outcome: classified.type }, 'the client closed the request before the answer was complete')
+    // The info line of a client leaving is app.ts's, written for every route (and counted) when the socket closes
+    log.debug({ requestID, outcome: classified.type }, 'the client closed the request before the answer was complete')
   } else {
     log.debug({ type: classified.type, message: classified.message }, 'request refused')
   }
@@ -131,13 +133,6 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
 }
 
 export function errorHandler (err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  if (reply.raw.destroyed || request.raw.socket?.destroyed === true) {
-    // The client left, and the failure is the work it started being stopped (STYLE §4: a client leaving is not an
-    // error). The disconnect was logged once already (app.ts); nobody is there to read an envelope.
-    request.log.debug({ reason: err instanceof Error ? err.message : String(err) }, 'request ended after its client left')
-    reply.hijack() // nothing will be sent; fastify must not wait for it
-    return reply
-  }
   const envelope = toEnvelope(err, request.id, request.log)
   if (envelope.status === 499) {
     reply.hijack()

@@ -48,7 +48,7 @@ test('/v1/models lists downloaded models; a chat naming one loads it; naming ano
   assert.equal(response.headers.get('x-served-by'), 'local')
   assert.equal(first.usage?.completion_tokens, 6)
   assert.deepEqual(loadedEvents, [FIRST])
-  assert.deepEqual((await node.api.get('/v1/app')).body.model, { modelID: FIRST, status: 'loaded', contextLength: 2048 })
+  assert.deepEqual((await node.api.get('/v1/app')).body.model, { modelID: FIRST, status: 'loaded', contextLength: 2048, gpu: { backend: 'cpu', gpuLayers: 0, totalLayers: 3 } })
 
   // A long generation on FIRST is running when SECOND is asked for: it runs to its end, then SECOND is swapped in.
   const long = openai.chat.completions.create({ model: FIRST, messages: hello, max_tokens: 300, temperature: 0 })
@@ -56,7 +56,7 @@ test('/v1/models lists downloaded models; a chat naming one loads it; naming ano
   const second = openai.chat.completions.create({ model: SECOND, messages: hello, max_tokens: 6, temperature: 0 })
   // The snapshot shows SECOND loading while FIRST, still loaded, finishes its generation.
   await waitFor(async () => (await node.api.get('/v1/app')).body.model?.status === 'loading', { what: 'the swap to SECOND to start' })
-  assert.deepEqual((await node.api.get('/v1/app')).body.model, { modelID: SECOND, status: 'loading', contextLength: null })
+  assert.deepEqual((await node.api.get('/v1/app')).body.model, { modelID: SECOND, status: 'loading', contextLength: null, gpu: null })
   assert.equal(node.node.engine.loaded()?.modelID, FIRST, 'no swap while FIRST still generates')
   assert.equal(node.node.engine.stats().busySlots, 1)
   assert.equal((await long).usage?.completion_tokens, 300, 'the running generation was not cut')
@@ -65,7 +65,7 @@ test('/v1/models lists downloaded models; a chat naming one loads it; naming ano
   assert.equal(node.node.engine.loaded()?.modelID, SECOND)
   assert.deepEqual(loadedEvents, [FIRST, SECOND])
   assert.notEqual(answer.choices[0].message.content, first.choices[0].message.content, 'another model, another answer')
-  assert.deepEqual((await node.api.get('/v1/app')).body.model, { modelID: SECOND, status: 'loaded', contextLength: 2048 })
+  assert.deepEqual((await node.api.get('/v1/app')).body.model, { modelID: SECOND, status: 'loaded', contextLength: 2048, gpu: { backend: 'cpu', gpuLayers: 0, totalLayers: 3 } })
 
   // Concurrent requests for the model not loaded load it once, and all are answered by it.
   const both = await Promise.all([1, 2, 3].map(async () => await openai.chat.completions.create({ model: FIRST, messages: hello, max_tokens: 6, temperature: 0 })))

@@ -39,7 +39,16 @@ export class Api {
   }
 
   async send (method: string, path: string, body: string | undefined, headers: Record<string, string> = {}): Promise<ApiResponse> {
-    const response = await fetch(this.url + path, { method, body, headers: { ...this.#headers, ...headers } })
+    const request = { method, body, headers: { ...this.#headers, ...headers } }
+    let response: Response
+    try {
+      response = await fetch(this.url + path, request)
+    } catch (err) {
+      // A kept-alive connection the node closed (its idle timeout) just as this request went out on it: like a
+      // browser, retry an idempotent request once on a fresh connection (RFC 9112 §9.3.1). A node that is gone fails again.
+      if ((method !== 'GET' && method !== 'HEAD') || ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code !== 'ECONNRESET') throw err
+      response = await fetch(this.url + path, request)
+    }
     const text = await response.text()
     let parsed: unknown = text
     if ((response.headers.get('content-type') ?? '').includes('json')) parsed = JSON.parse(text)
