@@ -16,7 +16,7 @@ export async function download (client: ApiClient, rawID: string, quiet: boolean
   const watching = new AbortController()
   const events = await client.fetch('GET', '/v1/app/events', undefined, watching.signal)
   const bar = new SingleBar({
-    format: '{bar} {percentage}% | {received} of {size} | {rate} | ETA {etaText}',
+    format: '{bar} {percentage}% | {received} of {size} | {rate} | {status}',
     hideCursor: true,
     stream: process.stderr
   }, Presets.shades_classic)
@@ -43,7 +43,8 @@ export async function download (client: ApiClient, rawID: string, quiet: boolean
             received: shortBytes(progress.receivedBytes),
             size: progress.totalBytes == null ? '?' : shortBytes(progress.totalBytes),
             rate: progress.bytesPerSecond == null ? '-' : `${shortBytes(progress.bytesPerSecond)}/s`,
-            etaText: progress.etaSeconds == null ? '-' : `${Math.ceil(progress.etaSeconds)}s`
+            // Why nothing flows ("rate limited, resuming in 55 s"), else the time left
+            status: progress.message ?? `ETA ${progress.etaSeconds == null ? '-' : `${Math.ceil(progress.etaSeconds)}s`}`
           }
           if (!barStarted) {
             bar.start(total, progress.receivedBytes, payload)

@@ -8,6 +8,7 @@ import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { InvalidInputError } from '../errors.ts'
 import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError } from './errors.ts'
+import { rateLimitWaitMs } from './hub.ts'
 
 export interface DownloadProgress {
   receivedBytes: number
@@ -29,6 +30,13 @@ export interface DownloadRequest {
   onProgress?: (progress: DownloadProgress) => void
   /** Called once every byte is in the .part, before the sha256 and size are compared and the file renamed. */
   onVerifying?: () => void
+  /** Called before each wait between attempts: why (`rate limited`, `HTTP 503`, `connection lost`) and for how long. */
+  onWait?: (wait: { reason: string, seconds: number }) => void
+  /**
+   * Called when a `/resolve/<branch>/` URL is pinned to the commit the hub named (X-Repo-Commit): every later request
+   * of this download, resumes included, asks for that commit, so a file changed on the branch meanwhile cannot mix in.
+   */
+  onPinned?: (commit: string) => void
   /** Aborting keeps `destination + '.part'`, so a later call resumes; the promise rejects with the reason. */
   signal?: AbortSignal
 }
@@ -40,8 +48,10 @@ export interface DownloadOptions {
   retries?: number
   /** First backoff delay, doubled per failure, with jitter. Default 1000. */
   baseDelayMs?: number
-  /** Cap on any wait, Retry-After included, so a server cannot park us for an hour. Default 60000. */
+  /** Cap on any wait but a rate limit's, Retry-After included, so a server cannot park us for an hour. Default 60000. */
   maxDelayMs?: number
+  /** Cap on the wait a 429 asks for (`RateLimit: …;t=N` or Retry-After): the hub's windows are minutes long. Default 300000. */
+  maxRateLimitWaitMs?: number
   /** A request that sends no headers or body bytes for this long is dropped and resumed, like a lost connection:
    * a stalled socket would otherwise hold the download forever. Default 60000. */
   idleTimeoutMs?: number
@@ -54,7 +64,7 @@ const SHA256_HEX = /^[0-9a-f]{64}$/
 
 /** Downloads `request.url` to `request.destination` through `destination.part`, resuming a `.part` left before. */
 export async function downloadFile (request: DownloadRequest, options: DownloadOptions = {}): Promise<DownloadResult> {
-  const { retries = 5, baseDelayMs = 1000, maxDelayMs = 60_000, idleTimeoutMs = 60_000 } = options
+  const { retries = 5, baseDelayMs = 1000, maxDelayMs = 60_000, maxRateLimitWaitMs = 300_000, idleTimeoutMs = 60_000 } = options
   const { url, destination, signal } = request
   if (!URL.canParse(url)) throw new InvalidInputError(`Not a URL: ${url}`, 'url')
   const requested = request.expectedSha256?.toLowerCase() ?? null
@@ -72,6 +82,7 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
     idleTimeoutMs,
     progress: new ProgressReporter(request.onProgress),
     onVerifying: request.onVerifying,
+    onPinned: request.onPinned,
     part: { hash: createHash('sha256'), receivedBytes: 0 },
     attempts: 0
   }
@@ -111,7 +122,11 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
           { status: err.status, attempts: job.attempts, cause: err.cause })
       }
       const backoffMs = baseDelayMs * 2 ** (failures - 1) * (0.5 + Math.random() / 2)
-      await pause(Math.min(maxDelayMs, err.retryAfterMs ?? backoffMs), signal)
+      const waitMs = err.status === 429 && err.retryAfterMs != null
+        ? Math.min(maxRateLimitWaitMs, err.retryAfterMs)
+        : Math.min(maxDelayMs, err.retryAfterMs ?? backoffMs)
+      request.onWait?.({ reason: err.status === 429 ? 'rate limited' : err.status != null ? `HTTP ${err.status}` : 'connection lost', seconds: Math.ceil(waitMs / 1000) })
+      await pause(waitMs, signal)
     }
   }
   return await finish(job, destination)
@@ -130,6 +145,7 @@ interface Job {
   idleTimeoutMs: number
   progress: ProgressReporter
   onVerifying: (() => void) | undefined
+  onPinned: ((commit: string) => void) | undefined
   part: Part
   /** Requests made so far (redirect hops not counted), for the error that ends the download. */
   attempts: number
@@ -191,11 +207,19 @@ async function attemptWatched (job: Job, idle: IdleWatch): Promise<'complete' | 
     const totalBytes = parseContentRange(response.headers.get('content-range'))?.totalBytes ?? linked.sizeBytes
     return totalBytes === job.part.receivedBytes ? 'complete' : 'stale'
   }
-  if (status === 404) throw new DownloadNotFoundError(job.url, `not found (${await errorText(response)})`,
-    { status, attempts: job.attempts })
+  // The hub tells a missing repo, file or revision by X-Error-Code, also on the 401 an anonymous client gets for it
+  const errorCode = response.headers.get('x-error-code')
+  if (status === 404 || errorCode === 'RepoNotFound' || errorCode === 'EntryNotFound' || errorCode === 'RevisionNotFound') {
+    const text = await errorText(response)
+    throw new DownloadNotFoundError(job.url, `not found (${errorCode == null ? text : `${errorCode}: ${text}`})`, { status, attempts: job.attempts })
+  }
+  if (errorCode === 'GatedRepo') {
+    await response.body?.cancel()
+    throw new DownloadFailedError(job.url, `HTTP ${status}: the repository is gated: accept its terms on the hub and set $HF_TOKEN`, { status, attempts: job.attempts })
+  }
   if (status === 429 || status >= 500) {
     await response.body?.cancel()
-    throw new RetryableError(`HTTP ${status}`, { status, retryAfterMs: parseRetryAfter(response.headers.get('retry-after')) })
+    throw new RetryableError(`HTTP ${status}`, { status, retryAfterMs: rateLimitWaitMs(response.headers) })
   }
   throw new DownloadFailedError(job.url, `HTTP ${status} (${await errorText(response)})`,
     { status, attempts: job.attempts })
@@ -203,13 +227,18 @@ async function attemptWatched (job: Job, idle: IdleWatch): Promise<'complete' | 
 
 interface Linked { sha256: string | null, sizeBytes: number | null }
 
-/** GET with our Range, following redirects ourselves: the token must not travel to another origin. */
+/**
+ * GET with our Range, following redirects ourselves: the token must not travel to another origin. What the file is
+ * (X-Linked-*) is taken from the last hop on the hub's own origin that says it: a renamed repo first answers a
+ * relative redirect that says nothing, and only the hop to the CDN names the LFS object.
+ */
 async function openResponse (job: Job, idle: IdleWatch): Promise<{ response: Response, linked: Linked }> {
   const headers: Record<string, string> = {}
   if (job.part.receivedBytes > 0) headers.Range = `bytes=${job.part.receivedBytes}-`
   if (job.token != null) headers.Authorization = `Bearer ${job.token}`
-  let linked: Linked | null = null
+  let linked: Linked = { sha256: null, sizeBytes: null }
   let current = new URL(job.url)
+  const hubOrigin = current.origin
   for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
     let response: Response
     try {
@@ -220,9 +249,13 @@ async function openResponse (job: Job, idle: IdleWatch): Promise<{ response: Res
       if (idle.signal.aborted) throw new RetryableError(`${current.host} did not answer within ${job.idleTimeoutMs} ms`, { cause: err })
       throw new RetryableError(`cannot reach ${current.host}: ${describe(err)}`, { cause: err })
     }
-    if (linked == null) {
-      linked = readLinked(response.headers)
-      await checkAnnounced(job, linked, response) // before a redirect to the CDN spends any bandwidth
+    if (current.origin === hubOrigin) {
+      const announced = readLinked(response.headers)
+      if (announced.sha256 != null || announced.sizeBytes != null) {
+        linked = announced
+        await checkAnnounced(job, linked, response) // before a redirect to the CDN spends any bandwidth
+      }
+      pinRevision(job, response.headers)
     }
     const location = response.headers.get('location')
     if (response.status < 300 || response.status >= 400 || response.status === 304 || location == null) {
@@ -355,6 +388,21 @@ async function checkDeclaredSize (job: Job, sizeBytes: number | null, response?:
   throw new DownloadTooLargeError(job.url, size, job.maxBytes, 'declared')
 }
 
+/**
+ * A download asked for a branch (`/resolve/main/`) is pinned to the commit the hub resolved it to, so a retry or a
+ * resume cannot get bytes of a newer commit pushed meanwhile (its sha256 would fail the whole download).
+ */
+function pinRevision (job: Job, headers: Headers): void {
+  const commit = headers.get('x-repo-commit')?.toLowerCase()
+  if (commit == null || !/^[0-9a-f]{40}$/.test(commit)) return
+  const url = new URL(job.url)
+  const match = /^(.*\/resolve\/)([^/]+)(\/.+)$/.exec(url.pathname)
+  if (match == null || match[2] === commit) return
+  url.pathname = `${match[1]}${commit}${match[3]}`
+  job.url = url.toString()
+  job.onPinned?.(commit)
+}
+
 function readLinked (headers: Headers): Linked {
   // The hub quotes the etag; only a sha256 (an LFS object) identifies the bytes, a git blob id does not
   const etag = headers.get('x-linked-etag')?.replace(/^W\//, '').replaceAll('"', '').toLowerCase() ?? null
@@ -378,14 +426,6 @@ function parseContentRange (header: string | null): { start: number | null, tota
     start: match[1] == null ? null : Number(match[1]),
     totalBytes: match[2] === '*' ? null : Number(match[2])
   }
-}
-
-/** Retry-After in seconds or as an HTTP date (RFC 9110 §10.2.3). */
-function parseRetryAfter (header: string | null): number | null {
-  if (header == null) return null
-  if (/^\d+$/.test(header.trim())) return Number(header.trim()) * 1000
-  const at = Date.parse(header)
-  return Number.isNaN(at) ? null : Math.max(0, at - Date.now())
 }
 
 async function errorText (response: Response): Promise<string> {

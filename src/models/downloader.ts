@@ -55,6 +55,8 @@ interface Plan {
   path: string
   sizeBytes: number | null
   sha256: string | null
+  /** The hub commit to fetch (issue 14: pinned by the first request); null: `main`, pinned by the download itself. */
+  revision: string | null
 }
 
 export class ModelDownloader {
@@ -115,7 +117,7 @@ export class ModelDownloader {
     for (const row of this.#deps.records.all()) {
       if (row.status !== 'downloading' || this.#downloads.has(row.model_key)) continue
       const download = this.#track(row.model_id, row.model_key)
-      const plan: Plan = { repo: row.repo, file: row.file, path: row.path, sizeBytes: row.size_bytes, sha256: row.sha256 }
+      const plan: Plan = { repo: row.repo, file: row.file, path: row.path, sizeBytes: row.size_bytes, sha256: row.sha256, revision: row.revision }
       download.accepted = this.#reserve(download, plan).then((evicted) => {
         this.#deps.log.info({ modelID: row.model_id, path: row.path }, 'resuming interrupted download')
         this.#deps.events.emit('download.started', { modelID: row.model_id, totalBytes: row.size_bytes })
@@ -150,7 +152,7 @@ export class ModelDownloader {
       accepted: Promise.resolve(),
       done: Promise.resolve(),
       maxBytes: null,
-      progress: { receivedBytes: 0, totalBytes: null, fraction: null, bytesPerSecond: null, etaSeconds: null },
+      progress: { receivedBytes: 0, totalBytes: null, fraction: null, bytesPerSecond: null, etaSeconds: null, message: null },
       signal: this.#shutdown.signal
     }
     this.#downloads.set(key, download)
@@ -160,11 +162,17 @@ export class ModelDownloader {
   /** Everything that can refuse a download, before its first byte: which file, how big, where, and whether it fits. */
   async #prepare (download: Download, ref: HubModelRef, row: ModelRow | null): Promise<Plan> {
     const { key, signal } = download
-    const file = ref.kind === 'hf-quant' ? row?.file ?? await this.#resolveQuant(ref, signal) : ref.file
+    // A quantization is looked up in the file list of one commit, and that commit's file is the one fetched
+    const chosen = ref.kind === 'hf-quant'
+      ? (row == null ? await this.#resolveQuant(ref, signal) : { file: row.file, commit: row.revision })
+      : { file: ref.file, commit: null }
+    const file = chosen.file
     const path = this.#relativePath(ref.repo, file)
     const catalog = ref.kind === 'catalog' ? ref.entry : null
-    const metadata = await this.#metadata(ref, file, catalog, signal)
-    const plan: Plan = { repo: ref.repo, file, path, sizeBytes: metadata.sizeBytes, sha256: catalog?.sha256 ?? metadata.sha256 }
+    const metadata = await this.#metadata(ref, file, catalog, chosen.commit, signal)
+    const plan: Plan = {
+      repo: ref.repo, file, path, sizeBytes: metadata.sizeBytes, sha256: catalog?.sha256 ?? metadata.sha256, revision: metadata.commit ?? chosen.commit
+    }
     const [disk, onDiskBytes] = await Promise.all([this.#deps.budget.disk(), this.#partBytes(path)])
 
     // From here on nothing awaits until the reservation is made, so two downloads cannot both take the same space
@@ -176,7 +184,7 @@ export class ModelDownloader {
     const granted = this.#deps.budget.reserve(key, ref.modelID, neededBytes, disk, onDiskBytes)
     download.maxBytes = granted.maxBytes
     this.#deps.records.startDownloading({
-      model_key: key, model_id: ref.modelID, repo: ref.repo, file, path, size_bytes: metadata.sizeBytes, sha256: plan.sha256
+      model_key: key, model_id: ref.modelID, repo: ref.repo, file, path, size_bytes: metadata.sizeBytes, sha256: plan.sha256, revision: plan.revision
     }, other)
     await this.#deleteFiles(granted.evicted)
     this.#deps.events.emit('download.started', { modelID: ref.modelID, totalBytes: metadata.sizeBytes })
@@ -192,10 +200,11 @@ export class ModelDownloader {
     return granted.evicted
   }
 
-  async #resolveQuant (ref: { modelID: string, repo: string, quant: string }, signal: AbortSignal): Promise<string> {
+  async #resolveQuant (ref: { modelID: string, repo: string, quant: string | null }, signal: AbortSignal): Promise<{ file: string, commit: string | null }> {
     let files: string[]
+    let commit: string | null
     try {
-      files = await this.#deps.hub.listFiles(ref.repo, signal)
+      ({ files, commit } = await this.#deps.hub.listFiles(ref.repo, signal))
     } catch (err) {
       if (!(err instanceof NotFoundError)) throw err
       throw new ModelNotFoundError(ref.modelID, `no repository ${ref.repo} on the hub`)
@@ -203,18 +212,18 @@ export class ModelDownloader {
     const file = pickQuantFile(files, ref.quant)
     if (file == null) {
       const offered = quantsIn(files)
-      throw new ModelNotFoundError(ref.modelID, offered.length === 0
-        ? `${ref.repo} has no single-file GGUF`
+      throw new ModelNotFoundError(ref.modelID, offered.length === 0 || ref.quant == null
+        ? `${ref.repo} has no single-file GGUF model`
         : `${ref.repo} has no ${ref.quant} GGUF; it offers ${offered.join(', ')}`)
     }
-    return file
+    return { file, commit }
   }
 
   /** Size and sha256 from the hub. A hub we cannot reach now does not stop a catalog or file download: the
    * downloader retries, and the budget is then judged by the catalog's size or while streaming. */
-  async #metadata (ref: HubModelRef, file: string, catalog: CatalogEntry | null, signal: AbortSignal): Promise<HubFileMetadata> {
+  async #metadata (ref: HubModelRef, file: string, catalog: CatalogEntry | null, revision: string | null, signal: AbortSignal): Promise<HubFileMetadata> {
     try {
-      return await this.#deps.hub.fileMetadata(ref.repo, file, signal)
+      return await this.#deps.hub.fileMetadata(ref.repo, file, { revision: revision ?? undefined, signal })
     } catch (err) {
       if (signal.aborted) throw signal.reason
       if (err instanceof NotFoundError) {
@@ -222,7 +231,7 @@ export class ModelDownloader {
       }
       if (err instanceof UnavailableError) {
         this.#deps.log.warn({ err, modelID: ref.modelID }, 'no metadata from the hub; downloading without it')
-        return { sizeBytes: null, sha256: catalog?.sha256 ?? null }
+        return { sizeBytes: null, sha256: catalog?.sha256 ?? null, commit: null }
       }
       throw err
     }
@@ -234,7 +243,7 @@ export class ModelDownloader {
     try {
       await mkdir(dirname(destination), { recursive: true })
       const result = await downloadFile({
-        url: this.#deps.hub.fileUrl(plan.repo, plan.file),
+        url: this.#deps.hub.fileUrl(plan.repo, plan.file, plan.revision ?? undefined),
         destination,
         expectedSha256: plan.sha256,
         expectedSize: plan.sizeBytes,
@@ -242,7 +251,13 @@ export class ModelDownloader {
         maxBytes: download.maxBytes,
         signal: download.signal,
         onProgress: (progress) => { this.#progress(download, progress) },
-        onVerifying: () => { this.#deps.events.emit('download.verifying', { modelID }) }
+        onVerifying: () => { this.#deps.events.emit('download.verifying', { modelID }) },
+        // Issue 14: a wait says why and for how long ("rate limited, resuming in 55 s"), until bytes flow again
+        onWait: ({ reason, seconds }) => {
+          const { receivedBytes, totalBytes } = download.progress
+          this.#progress(download, { receivedBytes, totalBytes, bytesPerSecond: 0, etaSeconds: null }, `${reason}, resuming in ${seconds} s`)
+        },
+        onPinned: (commit) => { this.#deps.records.pinRevision(key, commit) }
       }, this.#downloadOptions)
       this.#deps.records.markDownloaded(key, result.sizeBytes, result.sha256)
       this.#deps.log.info({ modelID, sizeBytes: result.sizeBytes, sha256: result.sha256 }, 'download completed')
@@ -271,11 +286,12 @@ export class ModelDownloader {
     this.#deps.events.emit('download.failed', { modelID, error })
   }
 
-  #progress (download: Download, progress: DownloadProgress): void {
+  #progress (download: Download, progress: DownloadProgress, message: string | null = null): void {
     const { receivedBytes, totalBytes, bytesPerSecond, etaSeconds } = progress
     download.progress = {
       receivedBytes,
       totalBytes,
+      message,
       fraction: totalBytes == null || totalBytes === 0 ? null : Math.min(1, receivedBytes / totalBytes),
       bytesPerSecond,
       etaSeconds

@@ -6,15 +6,18 @@ import { findCatalogEntry, findCatalogFile, findCatalogQuant, type CatalogEntry 
 import { InvalidModelIDError } from './errors.ts'
 
 export const MAX_MODEL_ID_LENGTH = 256
-/** Ollama's convention: `hf.co/<org>/<repo>` without a quantization means this one. */
-export const DEFAULT_QUANT = 'Q4_K_M'
+/**
+ * `hf.co/<org>/<repo>` without a quantization: the first of these the repo offers, else its first single-file GGUF
+ * (llama.cpp's order; Ollama's default is the first of them).
+ */
+export const DEFAULT_QUANTS: readonly string[] = ['Q4_K_M', 'Q8_0']
 
 export type ModelRef =
   /** A catalog entry, also when it was named by its hub file or quantization. */
   | { kind: 'catalog', modelID: string, entry: CatalogEntry, repo: string, file: string }
   | { kind: 'hf-file', modelID: string, repo: string, file: string }
-  /** The file is found by the hub's file list (see pickQuantFile). */
-  | { kind: 'hf-quant', modelID: string, repo: string, quant: string }
+  /** The file is found by the hub's file list (see pickQuantFile); a null quant: DEFAULT_QUANTS, then the first file. */
+  | { kind: 'hf-quant', modelID: string, repo: string, quant: string | null }
   /** Well-formed, but names nothing we know: the caller decides (the store answers 404; a peer's may be newer). */
   | { kind: 'name', modelID: string }
 
@@ -68,20 +71,21 @@ export function parseModelID (raw: string): ModelRef {
   }
 
   let quant: string | null = null
-  if (rest.length === 0) {
-    const colon = repoName.indexOf(':')
-    if (colon >= 0) {
-      quant = repoName.slice(colon + 1)
-      repoName = repoName.slice(0, colon)
-      if (!QUANT.test(quant)) throw invalid(`${JSON.stringify(quant)} is not a quantization name like Q4_K_M`)
-    } else {
-      quant = DEFAULT_QUANT
-    }
+  const colon = rest.length === 0 ? repoName.indexOf(':') : -1
+  if (colon >= 0) {
+    quant = repoName.slice(colon + 1)
+    repoName = repoName.slice(0, colon)
+    if (!QUANT.test(quant)) throw invalid(`${JSON.stringify(quant)} is not a quantization name like Q4_K_M`)
   }
   for (const segment of [org, repoName]) checkRepoSegment(segment, invalid)
   const repo = `${org}/${repoName}`
 
-  if (quant != null) {
+  if (rest.length === 0) {
+    if (quant == null) {
+      // The repo's default: the catalog's entry when it has one for the quantization the hub would give first
+      const entry = DEFAULT_QUANTS.map((q) => findCatalogQuant(repo, q)).find((e) => e != null)
+      return entry == null ? { kind: 'hf-quant', modelID: `hf.co/${repo}`, repo, quant: null } : catalogRef(entry)
+    }
     const upper = quant.toUpperCase()
     const entry = findCatalogQuant(repo, upper)
     return entry == null ? { kind: 'hf-quant', modelID: `hf.co/${repo}:${upper}`, repo, quant: upper } : catalogRef(entry)
@@ -134,19 +138,36 @@ export function sameModel (a: string, b: string): boolean {
 }
 
 /**
- * The file of `repo` that holds quantization `quant`: among single-file `.gguf` files (projectors excluded), the
- * one whose name has the quantization as a whole token, case-insensitively; the shortest path when several do.
+ * The file of `repo` that holds quantization `quant`: among the model files (see modelFiles), the one whose name has
+ * the quantization as a whole token, case-insensitively; the shortest path when several do. With a null `quant`, the
+ * first of DEFAULT_QUANTS the repo has, else its first model file (top-level first, then by name).
  */
-export function pickQuantFile (files: readonly string[], quant: string): string | null {
-  const wanted = quant.toLowerCase()
-  const candidates = files.filter((file) => {
-    const lower = file.toLowerCase()
-    const base = lower.slice(lower.lastIndexOf('/') + 1)
-    if (!base.endsWith('.gguf') || SPLIT_GGUF.test(base) || base.includes('mmproj')) return false
-    return tokenMatch(base.slice(0, -'.gguf'.length), wanted)
-  })
+export function pickQuantFile (files: readonly string[], quant: string | null): string | null {
+  const candidates = modelFiles(files)
   candidates.sort((a, b) => a.split('/').length - b.split('/').length || a.length - b.length || a.localeCompare(b))
-  return candidates[0] ?? null
+  if (quant == null) {
+    for (const fallback of DEFAULT_QUANTS) {
+      const file = pickQuantFile(candidates, fallback)
+      if (file != null) return file
+    }
+    return [...candidates].sort((a, b) => a.split('/').length - b.split('/').length || a.localeCompare(b))[0] ?? null
+  }
+  const wanted = quant.toLowerCase()
+  return candidates.find((file) => {
+    const base = file.toLowerCase().slice(file.lastIndexOf('/') + 1)
+    return tokenMatch(base.slice(0, -'.gguf'.length), wanted)
+  }) ?? null
+}
+
+// Files beside a model that are not one: vision projectors, multi-token-prediction heads, importance matrices.
+const SIDECAR = /(?:^|[^a-z0-9])(?:mmproj|imatrix)(?:[^a-z0-9]|$)|^mtp-/i
+
+/** The single-file GGUF models among a repo's files: split parts and sidecars (mmproj, mtp-, imatrix) left out. */
+function modelFiles (files: readonly string[]): string[] {
+  return files.filter((file) => {
+    const base = file.slice(file.lastIndexOf('/') + 1)
+    return base.toLowerCase().endsWith('.gguf') && !SPLIT_GGUF.test(base) && !SIDECAR.test(base)
+  })
 }
 
 function tokenMatch (name: string, quant: string): boolean {
@@ -167,8 +188,7 @@ const QUANT_IN_NAME = /(?:^|[^a-z0-9])((?:i?q\d(?:_[a-z0-9]+)*)|bf16|f16|f32)(?=
 /** The quantizations a repo offers as single files, from their names, for an error that lists them. */
 export function quantsIn (files: readonly string[]): string[] {
   const found = new Set<string>()
-  for (const file of files) {
-    if (!file.toLowerCase().endsWith('.gguf') || file.toLowerCase().includes('mmproj') || SPLIT_GGUF.test(file)) continue
+  for (const file of modelFiles(files)) {
     const match = QUANT_IN_NAME.exec(file.slice(file.lastIndexOf('/') + 1).slice(0, -'.gguf'.length))
     if (match != null) found.add(match[1].toUpperCase())
   }

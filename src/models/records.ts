@@ -32,6 +32,8 @@ export interface ModelProgress {
   fraction: number | null
   bytesPerSecond: number | null
   etaSeconds: number | null
+  /** Why no bytes flow now, e.g. `rate limited, resuming in 55 s`; null while they do. */
+  message: string | null
 }
 
 /** A row of the `models` table: a hub file this node has asked for. `path` is relative to the models dir. */
@@ -44,6 +46,8 @@ export interface ModelRow {
   status: 'downloading' | 'downloaded' | 'failed'
   size_bytes: number | null
   sha256: string | null
+  /** The hub commit the download is pinned to (X-Repo-Commit); null until the hub has named one. */
+  revision: string | null
   error: string | null
   context_length: number | null
   created_at: string
@@ -83,10 +87,11 @@ export class ModelRecords {
       downloadedBytes: db.prepare("SELECT COALESCE(SUM(size_bytes), 0) AS total FROM models WHERE status = 'downloaded'"),
       evictable: db.prepare(`SELECT * FROM models WHERE status = 'downloaded'
         ORDER BY COALESCE(last_used_at, downloaded_at, created_at), model_key`),
-      upsertDownloading: db.prepare(`INSERT INTO models (model_key, model_id, repo, file, path, status, size_bytes, sha256, error, created_at)
-        VALUES (?, ?, ?, ?, ?, 'downloading', ?, ?, NULL, ?)
+      upsertDownloading: db.prepare(`INSERT INTO models (model_key, model_id, repo, file, path, status, size_bytes, sha256, revision, error, created_at)
+        VALUES (?, ?, ?, ?, ?, 'downloading', ?, ?, ?, NULL, ?)
         ON CONFLICT (model_key) DO UPDATE SET repo = excluded.repo, file = excluded.file, path = excluded.path,
-          status = 'downloading', size_bytes = excluded.size_bytes, sha256 = excluded.sha256, error = NULL`),
+          status = 'downloading', size_bytes = excluded.size_bytes, sha256 = excluded.sha256, revision = excluded.revision, error = NULL`),
+      pinRevision: db.prepare('UPDATE models SET revision = ? WHERE model_key = ?'),
       markDownloaded: db.prepare(`UPDATE models SET status = 'downloaded', size_bytes = ?, sha256 = ?, error = NULL, downloaded_at = ?
         WHERE model_key = ?`),
       markFailed: db.prepare("UPDATE models SET status = 'failed', error = ? WHERE model_key = ?"),
@@ -132,14 +137,19 @@ export class ModelRecords {
   }
 
   /** Records a download as started, replacing the row of a failed attempt at the same file under another id. */
-  startDownloading (row: Pick<ModelRow, 'model_key' | 'model_id' | 'repo' | 'file' | 'path' | 'size_bytes' | 'sha256'>, replacing: ModelRow | null): void {
+  startDownloading (row: Pick<ModelRow, 'model_key' | 'model_id' | 'repo' | 'file' | 'path' | 'size_bytes' | 'sha256' | 'revision'>, replacing: ModelRow | null): void {
     inTransaction(this.#db, () => {
       if (replacing != null) {
         this.#statements.remove.run(replacing.model_key)
         this.#statements.forgetLastLoaded.run(replacing.model_key)
       }
-      this.#statements.upsertDownloading.run(row.model_key, row.model_id, row.repo, row.file, row.path, row.size_bytes, row.sha256, now())
+      this.#statements.upsertDownloading.run(row.model_key, row.model_id, row.repo, row.file, row.path, row.size_bytes, row.sha256, row.revision, now())
     })
+  }
+
+  /** The commit a running download was pinned to by the hub, so a resume after a restart asks for the same one. */
+  pinRevision (key: string, commit: string): void {
+    this.#statements.pinRevision.run(commit, key)
   }
 
   markDownloaded (key: string, sizeBytes: number, sha256: string): void {
@@ -289,7 +299,7 @@ export function hubRecord (modelID: string, repo: string, file: string): ModelRe
 }
 
 function emptyProgress (totalBytes: number | null): ModelProgress {
-  return { receivedBytes: 0, totalBytes, fraction: totalBytes == null ? null : 0, bytesPerSecond: null, etaSeconds: null }
+  return { receivedBytes: 0, totalBytes, fraction: totalBytes == null ? null : 0, bytesPerSecond: null, etaSeconds: null, message: null }
 }
 
 export function now (): string {

@@ -152,5 +152,8 @@ export const MIGRATIONS: readonly string[] = [
    DROP TABLE loaded_model;
    ALTER TABLE loaded_model_v2 RENAME TO loaded_model;`,
   // scoped keys (issue 14): what a key may call. Keys made before scopes existed were full admin keys and stay so.
-  `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'inference'));`
+  `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'inference'));`,
+  // pinned downloads (issue 14): the hub commit a download fetches, so a resume after a restart asks for the same
+  // bytes even when the branch has moved on. Null: not pinned yet (the next request pins it).
+  `ALTER TABLE models ADD COLUMN revision TEXT CHECK (revision IS NULL OR length(revision) = 40);`
 ]

@@ -10,7 +10,7 @@ import { startFakeHub, type FakeHub } from '../support/fake-hub.ts'
 import { startTestNode, tempDir, waitFor, type Api, type TestNode } from '../support/node.ts'
 import { writeTinyGguf, type TinyGguf } from '../support/tiny-gguf.ts'
 import { exists } from '../support/files.ts'
-import { readSse } from '../../src/cli/sse.ts'
+import { downloaded, record, subscribe } from '../support/model-api.ts'
 
 const REPO = 'meshnode-test/tiny-GGUF'
 const MODEL = `hf.co/${REPO}/tiny.gguf`
@@ -29,45 +29,6 @@ async function fixture (t: TestContext, files: Record<string, number> = {}): Pro
   }
   const node = await startTestNode(t, { hfEndpoint: hub.url })
   return { hub, node, api: node.api, gguf, modelsDir: join(node.dataDir, 'models') }
-}
-
-interface SseEvent { event: string, data: any } // eslint-disable-line @typescript-eslint/no-explicit-any
-
-/** A live subscription to GET /v1/app/events that collects every event, as a UI would. */
-async function subscribe (t: TestContext, api: Api): Promise<{ events: SseEvent[], comments: string[], next: (event: string, modelID?: string) => Promise<SseEvent>, ended: Promise<void> }> {
-  const controller = new AbortController()
-  const response = await fetch(`${api.url}/v1/app/events`, { signal: controller.signal })
-  assert.equal(response.status, 200)
-  assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/)
-  const events: SseEvent[] = []
-  const comments: string[] = []
-  const ended = (async () => {
-    try {
-      for await (const { event, data } of readSse(response, { onComment: (text) => { comments.push(text) } })) {
-        events.push({ event, data: JSON.parse(data) })
-      }
-    } catch (err) {
-      if (!controller.signal.aborted) throw err // our own hang-up at the end of the test is expected
-    }
-  })()
-  t.after(async () => {
-    controller.abort()
-    await ended
-  })
-  const next = async (event: string, modelID?: string): Promise<SseEvent> => await waitFor(
-    () => events.find((e) => e.event === event && (modelID == null || e.data.modelID === modelID)),
-    { what: `event ${event}` })
-  return { events, comments, next, ended }
-}
-
-async function record (api: Api, modelID: string): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
-  const res = await api.get('/v1/app/models')
-  assert.equal(res.status, 200)
-  return res.body.models.find((m: { modelID: string }) => m.modelID === modelID)
-}
-
-async function downloaded (api: Api, modelID: string): Promise<void> {
-  await waitFor(async () => (await record(api, modelID))?.status === 'downloaded', { what: `${modelID} downloaded` })
 }
 
 /** The GETs that fetched the file's bytes: the hub redirects LFS files to its CDN, which serves them by sha256. */
@@ -94,7 +55,7 @@ test('download sends progress events, verifies the sha256, and the model loads, 
   const lastProgress = stream.events.filter((e) => e.event === 'download.progress').at(-1)?.data
   assert.equal(lastProgress.totalBytes, gguf.sizeBytes)
   assert.ok(lastProgress.receivedBytes > 0 && lastProgress.fraction > 0 && lastProgress.fraction <= 1)
-  assert.deepEqual(Object.keys(lastProgress).sort(), ['bytesPerSecond', 'etaSeconds', 'fraction', 'modelID', 'receivedBytes', 'totalBytes'])
+  assert.deepEqual(Object.keys(lastProgress).sort(), ['bytesPerSecond', 'etaSeconds', 'fraction', 'message', 'modelID', 'receivedBytes', 'totalBytes'])
 
   const listed = await record(api, MODEL)
   assert.deepEqual(listed, {

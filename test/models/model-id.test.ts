@@ -42,8 +42,9 @@ test('hub files and quantizations outside the catalog get one canonical spelling
   assert.equal(normaliseModelID('https://hf.co/meshnode-test/tiny-GGUF/sub/dir/x.GGUF'), 'hf.co/meshnode-test/tiny-GGUF/sub/dir/x.GGUF')
   assert.deepEqual(parseModelID('huggingface.co/meshnode-test/tiny-GGUF:q8_0'),
     { kind: 'hf-quant', modelID: 'hf.co/meshnode-test/tiny-GGUF:Q8_0', repo: 'meshnode-test/tiny-GGUF', quant: 'Q8_0' })
-  // Ollama's convention: no quantization named means Q4_K_M
-  assert.equal(normaliseModelID('hf.co/meshnode-test/tiny-GGUF'), 'hf.co/meshnode-test/tiny-GGUF:Q4_K_M')
+  // No quantization named: the repo's default, found in its file list (Q4_K_M, then Q8_0, then the first file)
+  assert.deepEqual(parseModelID('hf.co/meshnode-test/tiny-GGUF'),
+    { kind: 'hf-quant', modelID: 'hf.co/meshnode-test/tiny-GGUF', repo: 'meshnode-test/tiny-GGUF', quant: null })
   assert.deepEqual(parseModelID('qwen-7b'), { kind: 'name', modelID: 'qwen-7b' })
   assert.deepEqual(parseModelID('Llama3:8B'), { kind: 'name', modelID: 'llama3:8b' })
 })
@@ -51,7 +52,8 @@ test('hub files and quantizations outside the catalog get one canonical spelling
 test('sameModel and modelKey compare ids case-insensitively across spellings; garbage matches nothing', () => {
   assert.ok(sameModel('smollm2-135m-instruct-q8_0', 'hf.co/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q8_0.gguf'))
   assert.ok(sameModel('hf.co/a/b/c.gguf', 'https://huggingface.co/A/B/C.gguf'))
-  assert.ok(sameModel('hf.co/a/b:q4_k_m', 'hf.co/a/b'))
+  assert.ok(sameModel('hf.co/a/b', 'https://huggingface.co/A/B'))
+  assert.ok(!sameModel('hf.co/a/b:q4_k_m', 'hf.co/a/b'), 'the default of a repo may be another quantization')
   assert.ok(!sameModel('hf.co/a/b:q4_k_m', 'hf.co/a/b:q8_0'))
   assert.ok(!sameModel('qwen-7b', 'qwen-8b'))
   assert.ok(!sameModel('../x', '../x'))
@@ -107,6 +109,17 @@ test('a quantization resolves to the one file that has it as a whole token', () 
   assert.equal(pickQuantFile(files, 'Q6_K'), null, 'split files are not offered')
   assert.equal(pickQuantFile(files, 'Q2_K'), null)
   assert.deepEqual(quantsIn(files), ['BF16', 'F16', 'Q4_K', 'Q4_K_M', 'Q4_K_S', 'Q8_0'])
+})
+
+test('no quantization named: Q4_K_M, then Q8_0, then the first model file; sidecars (mmproj, mtp-, imatrix) never', () => {
+  const sidecars = ['mmproj-Model-Q4_K_M.gguf', 'mtp-Model-Q8_0.gguf', 'Model.imatrix.gguf', 'imatrix.gguf']
+  assert.equal(pickQuantFile(['model-Q8_0.gguf', 'model-Q4_K_M.gguf', ...sidecars], null), 'model-Q4_K_M.gguf')
+  assert.equal(pickQuantFile(['model-Q6_K.gguf', 'model-Q8_0.gguf', ...sidecars], null), 'model-Q8_0.gguf')
+  assert.equal(pickQuantFile(['sub/a-Q6_K.gguf', 'model-Q5_K_M.gguf', 'model-IQ4_XS.gguf', ...sidecars], null), 'model-IQ4_XS.gguf',
+    'the first top-level file by name')
+  assert.equal(pickQuantFile([...sidecars, 'README.md', 'big-00001-of-00002.gguf'], null), null, 'nothing but sidecars and splits')
+  assert.equal(pickQuantFile(sidecars, 'Q4_K_M'), null, 'a projector is no model, even with the quantization in its name')
+  assert.deepEqual(quantsIn(sidecars), [])
 })
 
 test('hub files outside the catalog are described from their names', () => {

@@ -81,7 +81,7 @@ test('the disk check counts what running downloads will still write, and evicts 
   budget.release('c')
 
   // With auto_manage_models on, a downloaded model is evicted to free disk, not only budget
-  records.startDownloading({ model_key: 'old', model_id: 'old', repo: 'o/r', file: 'old.gguf', path: 'o/r/old.gguf', size_bytes: 4_000, sha256: null }, null)
+  records.startDownloading({ model_key: 'old', model_id: 'old', repo: 'o/r', file: 'old.gguf', path: 'o/r/old.gguf', size_bytes: 4_000, sha256: null, revision: null }, null)
   records.markDownloaded('old', 4_000, 'f'.repeat(64))
   assert.throws(() => budget.reserve('d', 'd', 5_000, { freeBytes: 2_100 }), InsufficientDiskError)
   settings.auto_manage_models = true

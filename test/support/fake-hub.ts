@@ -1,6 +1,9 @@
 // A local stand-in for the Hugging Face hub (STYLE §11: at the outer edge, a local HTTP server with fixtures), with
-// the hub's own shapes: repo info under /api/models, files under /resolve/ that 302 to a CDN for LFS files, and
-// fault injection for the downloader's resume, retry and integrity paths.
+// the hub's own shapes: repo info under /api/models, files under /resolve/<revision>/ that 302 to a CDN for LFS files,
+// and fault injection for the downloader's resume, retry and integrity paths. Like the real hub (issue 14): every
+// addFile is a new commit, named by X-Repo-Commit and fetchable by its sha; a renamed repo answers a relative 307 to
+// its new name without X-Linked-*; refusals carry X-Error-Code, and a missing repo is a 401 to an anonymous client;
+// a rate limit is a 429 with `RateLimit: "api";r=0;t=N` and no Retry-After.
 import { createServer } from 'node:http'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -45,8 +48,15 @@ export interface FakeHub {
   dropAfterBytes: (n: number) => void
   /** The next GET that serves file bytes sends `n` body bytes, then neither sends more nor closes until the client does. */
   stallAfterBytes: (n: number) => void
-  /** The next request of any kind answers `status` (e.g. 503, 429), with Retry-After when given. */
-  failNext: (status: number, options?: { retryAfterSeconds?: number }) => void
+  /**
+   * The next request (of the kind `on` names: any by default) answers `status` (e.g. 503, 429), with Retry-After when
+   * given, or the hub's `RateLimit` header with `rateLimitResetSeconds` (and no Retry-After, as the real hub).
+   */
+  failNext: (status: number, options?: { retryAfterSeconds?: number, rateLimitResetSeconds?: number, on?: FaultTarget }) => void
+  /** The repo now lives at `to`: requests for `from` answer a relative 307 to the same path under `to`. */
+  renameRepo: (from: string, to: string) => void
+  /** The commit `main` of a repo is now (after its last addFile). */
+  commitOf: (repo: string) => string
   /** The next GET that serves file bytes flips its first body byte; headers still name the true sha256. */
   corruptNext: () => void
   /** The next GET that serves file bytes ignores its Range header and answers 200 with the whole file. */
@@ -56,17 +66,24 @@ export interface FakeHub {
 
 export interface AddFileOptions { lfs?: boolean, chunked?: boolean }
 
+/** Which requests a status fault is for: the repo API, /resolve/ (hub file requests), the CDN, or whichever comes. */
+export type FaultTarget = 'any' | 'api' | 'resolve' | 'cdn'
+
 interface StoredFile { bytes: Buffer, sha256: string, gitSha1: string, lfs: boolean, chunked: boolean }
 type BodyFault =
   | { kind: 'drop', afterBytes: number }
   | { kind: 'stall', afterBytes: number }
   | { kind: 'corrupt' }
   | { kind: 'ignore-range' }
-interface StatusFault { status: number, retryAfterSeconds: number | null }
+interface StatusFault { status: number, retryAfterSeconds: number | null, rateLimitResetSeconds: number | null, on: FaultTarget }
+/** A repo's history: each addFile makes a commit, the last one is `main`. */
+interface Commit { sha: string, files: Map<string, StoredFile> }
 
 export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeHub> {
   const { token = null, redirectLfs = true, bytesPerSecond = null } = options
-  const repos = new Map<string, Map<string, StoredFile>>()
+  const repos = new Map<string, Commit[]>()
+  const renamed = new Map<string, string>()
+  const latest = (repo: string): Map<string, StoredFile> | undefined => repos.get(repo)?.at(-1)?.files
   const blobs = new Map<string, StoredFile>() // by sha256, as the CDN addresses them
   const requests: FakeHubRequest[] = []
   const bodyFaults: BodyFault[] = []
@@ -95,10 +112,16 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
   }
 
   function route (server: FakeHubRequest['server'], url: URL, req: IncomingMessage, res: ServerResponse): void {
-    const fault = statusFaults.shift()
-    if (fault != null) {
+    const kind: FaultTarget = server === 'cdn' ? 'cdn' : url.pathname.startsWith('/api/') ? 'api' : 'resolve'
+    const at = statusFaults.findIndex((f) => f.on === 'any' || f.on === kind)
+    if (at >= 0) {
+      const [fault] = statusFaults.splice(at, 1)
       const headers: Record<string, string> = {}
       if (fault.retryAfterSeconds != null) headers['Retry-After'] = String(fault.retryAfterSeconds)
+      if (fault.rateLimitResetSeconds != null) {
+        headers.RateLimit = `"api";r=0;t=${fault.rateLimitResetSeconds}`
+        headers['RateLimit-Policy'] = '"fixed window";"api";q=500;w=300'
+      }
       sendJson(res, fault.status, { error: `injected ${fault.status}` }, headers)
       return
     }
@@ -113,19 +136,40 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
       serveBytes(req, res, file, { ETag: `"${file.sha256}"` })
       return
     }
+    // A gated repo: no (or a wrong) token is refused, and the hub says why
     if (token != null && req.headers.authorization !== `Bearer ${token}`) {
-      sendJson(res, 401, { error: 'Invalid credentials in Authorization header' })
+      const status = req.headers.authorization == null ? 401 : 403
+      sendJson(res, status, { error: 'Access to this model is restricted: you must have access to it and be authenticated' }, { 'X-Error-Code': 'GatedRepo' })
       return
     }
+    // A repo that does not exist looks like a private one to an anonymous client: 401, told apart by X-Error-Code
+    const repoNotFound = (repo: string): void => {
+      sendJson(res, req.headers.authorization == null ? 401 : 404, { error: `Repository Not Found for url: ${url.pathname} (${repo})` },
+        { 'X-Error-Code': 'RepoNotFound', 'X-Error-Message': 'Repository not found' })
+    }
+    const movedTo = (repo: string, rest: string): boolean => {
+      const target = renamed.get(repo)
+      if (target == null) return false
+      // Relative, and without X-Linked-*: the real hub's answer for a renamed repo
+      res.writeHead(307, { Location: rest.replace(repo, target), 'Content-Length': '0' })
+      res.end()
+      return true
+    }
 
-    const info = /^\/api\/models\/([^/]+\/[^/]+)(?:\/revision\/[^/]+)?$/.exec(url.pathname)
+    const info = /^\/api\/models\/([^/]+\/[^/]+)(?:\/revision\/([^/]+))?$/.exec(url.pathname)
     if (info != null && (req.method === 'GET' || req.method === 'HEAD')) {
       const repo = decodeURIComponent(info[1])
-      const files = repos.get(repo)
-      if (files == null) {
-        sendJson(res, 404, { error: 'Repository not found' }, { 'X-Error-Code': 'RepoNotFound' })
+      if (movedTo(repo, url.pathname)) return
+      const commit = revisionOf(repo, info[2] == null ? 'main' : decodeURIComponent(info[2]))
+      if (commit === 'no-repo') {
+        repoNotFound(repo)
         return
       }
+      if (commit === 'no-revision') {
+        sendJson(res, 404, { error: 'Invalid rev id' }, { 'X-Error-Code': 'RevisionNotFound' })
+        return
+      }
+      const files = commit.files
       const withBlobs = url.searchParams.get('blobs') === 'true'
       const siblings = [...files].map(([rfilename, file]) => withBlobs
         ? {
@@ -135,33 +179,49 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
             ...(file.lfs ? { lfs: { sha256: file.sha256, size: file.bytes.length, pointerSize: 134 } } : {})
           }
         : { rfilename })
-      sendJson(res, 200, { id: repo, modelId: repo, sha: 'f'.repeat(40), private: token != null, siblings })
+      sendJson(res, 200, { id: repo, modelId: repo, sha: commit.sha, private: token != null, siblings })
       return
     }
 
     const resolve = /^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(url.pathname)
     if (resolve != null && (req.method === 'GET' || req.method === 'HEAD')) {
       const repo = decodeURIComponent(resolve[1])
+      if (movedTo(repo, url.pathname)) return
       const filename = resolve[3].split('/').map(decodeURIComponent).join('/')
-      const files = repos.get(repo)
-      const file = files?.get(filename)
+      const commit = revisionOf(repo, decodeURIComponent(resolve[2]))
+      if (commit === 'no-repo') {
+        repoNotFound(repo)
+        return
+      }
+      if (commit === 'no-revision') {
+        sendJson(res, 404, { error: 'Invalid rev id' }, { 'X-Error-Code': 'RevisionNotFound' })
+        return
+      }
+      const file = commit.files.get(filename)
       if (file == null) {
-        const code = files == null ? 'RepoNotFound' : 'EntryNotFound'
-        sendJson(res, 404, { error: files == null ? 'Repository not found' : 'Entry not found' }, { 'X-Error-Code': code })
+        sendJson(res, 404, { error: 'Entry not found' }, { 'X-Error-Code': 'EntryNotFound', 'X-Repo-Commit': commit.sha })
         return
       }
       const linked: Record<string, string> = file.lfs
         ? { 'X-Linked-Etag': `"${file.sha256}"`, 'X-Linked-Size': String(file.bytes.length) }
         : {}
       if (file.lfs && redirectLfs) {
-        res.writeHead(302, { Location: `${cdnUrl}/cdn/${file.sha256}`, ETag: `"${file.gitSha1}"`, 'Content-Length': '0', ...linked })
+        res.writeHead(302, { Location: `${cdnUrl}/cdn/${file.sha256}`, ETag: `"${file.gitSha1}"`, 'Content-Length': '0', 'X-Repo-Commit': commit.sha, ...linked })
         res.end()
         return
       }
-      serveBytes(req, res, file, { ETag: `"${file.lfs ? file.sha256 : file.gitSha1}"`, ...linked })
+      serveBytes(req, res, file, { ETag: `"${file.lfs ? file.sha256 : file.gitSha1}"`, 'X-Repo-Commit': commit.sha, ...linked })
       return
     }
     sendJson(res, 404, { error: `No route for ${req.method ?? 'GET'} ${url.pathname}` })
+  }
+
+  /** A repo's commit by branch (`main`) or sha. */
+  function revisionOf (repo: string, revision: string): Commit | 'no-repo' | 'no-revision' {
+    const commits = repos.get(repo)
+    if (commits == null) return 'no-repo'
+    const commit = revision === 'main' ? commits.at(-1) : commits.find((c) => c.sha === revision)
+    return commit ?? 'no-revision'
   }
 
   function serveBytes (req: IncomingMessage, res: ServerResponse, file: StoredFile, headers: Record<string, string>): void {
@@ -222,15 +282,33 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
         lfs: fileOptions.lfs ?? true,
         chunked: fileOptions.chunked ?? false
       }
-      let files = repos.get(repo)
-      if (files == null) repos.set(repo, files = new Map())
+      // A new commit: the last one's files and this one
+      const commits = repos.get(repo) ?? []
+      repos.set(repo, commits)
+      const files = new Map(latest(repo) ?? [])
       files.set(filename, file)
+      const sha = createHash('sha1').update(`${repo}\0${commits.length}\0${filename}\0${file.sha256}`).digest('hex')
+      commits.push({ sha, files })
       blobs.set(file.sha256, file)
       return { sha256: file.sha256, sizeBytes: bytes.length }
     },
     dropAfterBytes (n) { bodyFaults.push({ kind: 'drop', afterBytes: n }) },
     stallAfterBytes (n) { bodyFaults.push({ kind: 'stall', afterBytes: n }) },
-    failNext (status, failOptions = {}) { statusFaults.push({ status, retryAfterSeconds: failOptions.retryAfterSeconds ?? null }) },
+    failNext (status, failOptions = {}) {
+      statusFaults.push({ status, retryAfterSeconds: failOptions.retryAfterSeconds ?? null, rateLimitResetSeconds: failOptions.rateLimitResetSeconds ?? null, on: failOptions.on ?? 'any' })
+    },
+    renameRepo (from, to) {
+      const commits = repos.get(from)
+      if (commits == null) throw new Error(`no repo ${from}`)
+      repos.set(to, commits)
+      repos.delete(from)
+      renamed.set(from, to)
+    },
+    commitOf (repo) {
+      const sha = repos.get(repo)?.at(-1)?.sha
+      if (sha == null) throw new Error(`no repo ${repo}`)
+      return sha
+    },
     corruptNext () { bodyFaults.push({ kind: 'corrupt' }) },
     ignoreRangeNext () { bodyFaults.push({ kind: 'ignore-range' }) },
     async close () {

@@ -14,7 +14,8 @@ export const DownloadProgress = z.object({
   totalBytes: z.number().nullable(),
   fraction: z.number().nullable(),
   bytesPerSecond: z.number().nullable(),
-  etaSeconds: z.number().nullable()
+  etaSeconds: z.number().nullable(),
+  message: z.string().nullable().describe('why no bytes flow now, e.g. "rate limited, resuming in 55 s"; null while they do')
 })
 
 /** CONTRACT §3: a model as listings show it. */
