@@ -143,32 +143,33 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
       return
     }
     // A repo that does not exist looks like a private one to an anonymous client: 401, told apart by X-Error-Code
-    const repoNotFound = (repo: string): void => {
-      sendJson(res, req.headers.authorization == null ? 401 : 404, { error: `Repository Not Found for url: ${url.pathname} (${repo})` },
-        { 'X-Error-Code': 'RepoNotFound', 'X-Error-Message': 'Repository not found' })
-    }
-    const movedTo = (repo: string, rest: string): boolean => {
+    /** The commit asked for; or null once the refusal (renamed, missing repo or revision) has been sent. */
+    const commitOrRefusal = (repo: string, revision: string): Commit | null => {
       const target = renamed.get(repo)
-      if (target == null) return false
-      // Relative, and without X-Linked-*: the real hub's answer for a renamed repo
-      res.writeHead(307, { Location: rest.replace(repo, target), 'Content-Length': '0' })
-      res.end()
-      return true
+      if (target != null) {
+        // Relative, and without X-Linked-*: the real hub's answer for a renamed repo
+        res.writeHead(307, { Location: url.pathname.replace(repo, target), 'Content-Length': '0' })
+        res.end()
+        return null
+      }
+      const commit = revisionOf(repo, revision)
+      if (commit === 'no-repo') {
+        sendJson(res, req.headers.authorization == null ? 401 : 404, { error: `Repository Not Found for url: ${url.pathname} (${repo})` },
+          { 'X-Error-Code': 'RepoNotFound', 'X-Error-Message': 'Repository not found' })
+        return null
+      }
+      if (commit === 'no-revision') {
+        sendJson(res, 404, { error: 'Invalid rev id' }, { 'X-Error-Code': 'RevisionNotFound' })
+        return null
+      }
+      return commit
     }
 
     const info = /^\/api\/models\/([^/]+\/[^/]+)(?:\/revision\/([^/]+))?$/.exec(url.pathname)
     if (info != null && (req.method === 'GET' || req.method === 'HEAD')) {
       const repo = decodeURIComponent(info[1])
-      if (movedTo(repo, url.pathname)) return
-      const commit = revisionOf(repo, info[2] == null ? 'main' : decodeURIComponent(info[2]))
-      if (commit === 'no-repo') {
-        repoNotFound(repo)
-        return
-      }
-      if (commit === 'no-revision') {
-        sendJson(res, 404, { error: 'Invalid rev id' }, { 'X-Error-Code': 'RevisionNotFound' })
-        return
-      }
+      const commit = commitOrRefusal(repo, info[2] == null ? 'main' : decodeURIComponent(info[2]))
+      if (commit == null) return
       const files = commit.files
       const withBlobs = url.searchParams.get('blobs') === 'true'
       const siblings = [...files].map(([rfilename, file]) => withBlobs
@@ -186,17 +187,9 @@ export async function startFakeHub (options: FakeHubOptions = {}): Promise<FakeH
     const resolve = /^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(url.pathname)
     if (resolve != null && (req.method === 'GET' || req.method === 'HEAD')) {
       const repo = decodeURIComponent(resolve[1])
-      if (movedTo(repo, url.pathname)) return
       const filename = resolve[3].split('/').map(decodeURIComponent).join('/')
-      const commit = revisionOf(repo, decodeURIComponent(resolve[2]))
-      if (commit === 'no-repo') {
-        repoNotFound(repo)
-        return
-      }
-      if (commit === 'no-revision') {
-        sendJson(res, 404, { error: 'Invalid rev id' }, { 'X-Error-Code': 'RevisionNotFound' })
-        return
-      }
+      const commit = commitOrRefusal(repo, decodeURIComponent(resolve[2]))
+      if (commit == null) return
       const file = commit.files.get(filename)
       if (file == null) {
         sendJson(res, 404, { error: 'Entry not found' }, { 'X-Error-Code': 'EntryNotFound', 'X-Repo-Commit': commit.sha })
