@@ -81,7 +81,8 @@ function fromFastifyError (err: unknown): Classified | null {
       : `Invalid ${where} field ${param}: ${first.message ?? 'malformed'}`
     return plain(400, 'invalid_request_error', message, param)
   }
-  if (isClientGone(err)) return plain(400, 'invalid_request_error', 'The client closed the connection before the request was read')
+  // A body cut off by the client leaving: the same outcome as ClientClosedError, nobody to answer
+  if (isClientGone(err)) return plain(499, 'client_closed_request', 'The client closed the connection before the request was read')
   const code = (err as FastifyError | null)?.code
   switch (code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':

@@ -164,7 +164,7 @@ test('clients that leave mid-request are not errors: no error-level line, no sta
     await reader?.read()
     await reader?.cancel()
   }
-  const gone = (): number => lines.filter((l) => l.includes('closed the connection before the request was read')).length
+  const gone = (): number => lines.filter((l) => l.includes('"outcome":"client_closed_request"')).length
   await waitFor(() => gone() === 5 && node.http.openStreams.size === 0, { what: 'the node to see every client leave' })
   await node.close()
   const records = lines.map((line) => JSON.parse(line) as { level: number, msg: string, err?: { stack?: string } })
