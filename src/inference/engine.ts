@@ -138,37 +138,39 @@ export class LocalEngine implements ChatEngine {
    * refused before anything changes; if the new model fails later, no model is loaded.
    */
   async load (modelID: string, path: string, options: LoadOptions = {}): Promise<LoadedModelInfo> {
-    return await this.serially(async () => {
+    const step = this.serially(async () => {
       if (this.closed) throw new ModelLoadError(modelID, 'the engine is closed')
       // A missing or non-GGUF file is refused while the current model still serves
       const sizeBytes = await inspectModelFile(modelID, path)
-      const swap = Promise.withResolvers<void>()
-      this.swapping = swap.promise
+      if (options.whenIdle === true && this.active != null) await idle(this.active)
+      await this.unloadActive(`replaced by ${modelID}`)
+      const started = performance.now()
+      const llama = await this.accelerator.llama(this.threads)
+      let model: LlamaModel
       try {
-        if (options.whenIdle === true && this.active != null) await idle(this.active)
-        await this.unloadActive(`replaced by ${modelID}`)
-        const started = performance.now()
-        const llama = await this.accelerator.llama(this.threads)
-        let model: LlamaModel
-        try {
-          model = await llama.loadModel({ modelPath: path })
-        } catch (err) {
-          // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
-          throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
-        }
-        try {
-          this.active = await this.activate(modelID, path, sizeBytes, llama, model)
-        } catch (err) {
-          await model.dispose()
-          throw new ModelLoadError(modelID, `cannot create a context (${errorMessage(err)})`, { cause: err })
-        }
-        this.log.info({ ...this.active.info, loadMs: Math.round(performance.now() - started) }, 'model loaded')
-        return this.active.info
-      } finally {
-        this.swapping = null
-        swap.resolve()
+        model = await llama.loadModel({ modelPath: path })
+      } catch (err) {
+        // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
+        throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
       }
+      try {
+        this.active = await this.activate(modelID, path, sizeBytes, llama, model)
+      } catch (err) {
+        await model.dispose()
+        throw new ModelLoadError(modelID, `cannot create a context (${errorMessage(err)})`, { cause: err })
+      }
+      this.log.info({ ...this.active.info, loadMs: Math.round(performance.now() - started) }, 'model loaded')
+      return this.active.info
     })
+    // From now until the load is done, new requests wait for the model it brings instead of being admitted on the
+    // one it replaces (which would keep a swap waiting for them).
+    const settled = step.then(() => undefined, () => undefined)
+    this.swapping = settled
+    try {
+      return await step
+    } finally {
+      if (this.swapping === settled) this.swapping = null
+    }
   }
 
   /**
