@@ -68,7 +68,9 @@ export function startSse (reply: FastifyReply, headers: Record<string, string> =
   }
   raw.writeHead(200, { ...SSE_HEADERS, ...headers })
   raw.flushHeaders()
-  reply.server.openStreams.add(reply.request, raw)
+  // HEAD is GET without the body: the headers say what the stream would be, and it ends there rather than stay open
+  if (reply.request.method === 'HEAD') raw.end()
+  else reply.server.openStreams.add(reply.request, raw)
   return raw
 }
 

@@ -143,6 +143,12 @@ test('HEAD is GET without a body: HEAD /health needs no key; other HEADs need on
   const withKey = await fetch(`${node.url}/v1/app`, { method: 'HEAD', headers: { authorization: `Bearer ${key.key}` } })
   assert.equal(withKey.status, 200)
   assert.match(withKey.headers.get('content-type') ?? '', /json/)
+  // A stream's HEAD says what the stream is and ends, rather than stay open with nothing to send
+  const events = await fetch(`${node.url}/v1/app/events`, { method: 'HEAD', headers: { authorization: `Bearer ${key.key}` } })
+  assert.equal(events.status, 200)
+  assert.match(events.headers.get('content-type') ?? '', /^text\/event-stream/)
+  assert.equal(await events.text(), '')
+  assert.equal(node.http.openStreams.size, 0)
 })
 
 test('clients that leave mid-request are not errors: no error-level line, no stack', async (t) => {
