@@ -20,6 +20,7 @@ const DECODE_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128)
 const TURNS = 6
 const TURN_WORDS = 150 // about 200 tokens with the Llama-2 vocabulary
 const TURN_ANSWER_TOKENS = 48
+const TURN_ANSWER_WORDS = 36 // about 48 tokens
 const LONG_PROMPT_WORDS = 1100 // about 1,500 tokens
 const TARGETS = ['llama-server', 'meshnode', 'direct'] as const
 type TargetName = typeof TARGETS[number]
@@ -180,7 +181,10 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
     const [answer] = await target.generate(history, TURN_ANSWER_TOKENS, 1)
     chatTtftMs.push(answer.ttftMs)
     chatCached.push(answer.cachedTokens)
-    history.push({ role: 'assistant', content: answer.text })
+    // The history carries a fixed answer of about the same length, the same for every server: a random model's text
+    // re-tokenizes differently from the tokens it sampled, by a different amount on each server (meshnode's answer
+    // and llama-server's differ), which would make one server evaluate more than the other for reasons of luck.
+    history.push({ role: 'assistant', content: text(TURN_ANSWER_WORDS, seed * 100 + turn + 50) })
   }
   return { decode1, decode4, longTtftMs: long.ttftMs, chatTtftMs, chatCached }
 }
@@ -254,4 +258,4 @@ console.log(`\n${ROUNDS} interleaved rounds (medians), 1 thread, ${SLOTS} slots 
 console.log('| model | measure | llama-server | node-llama-cpp direct | meshnode HTTP | meshnode / llama-server | meshnode / direct |')
 console.log('|---|---|---:|---:|---:|---:|---:|')
 for (const row of rows) console.log(row)
-process.exit(0) // the client's keep-alive sockets would otherwise hold the process open
+process.exit(0) // the direct engine's IPC channel would otherwise hold the process open

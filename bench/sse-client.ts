@@ -2,7 +2,7 @@
 // first content delta and the usage), so the figure measures the server's path, not this client's. bench:inference and
 // bench:peer run it as a worker thread, so its work does not run on the server's event loop; bench:llama-server, whose
 // servers are child processes, calls `streamChat` directly.
-import { Agent, request } from 'node:http'
+import { request } from 'node:http'
 import { parentPort } from 'node:worker_threads'
 
 interface Job { url: string, body: unknown, streams: number }
@@ -23,8 +23,6 @@ export interface ChatStreamResult {
   text: string
 }
 
-const keepAlive = new Agent({ keepAlive: true })
-
 /** Streams one chat completion (`body.stream` must be true) and times it from `started` (default: now). */
 export async function streamChat (url: string, body: unknown, options: { collectText?: boolean, started?: number, headers?: Record<string, string> } = {}): Promise<ChatStreamResult> {
   const started = options.started ?? performance.now()
@@ -32,7 +30,8 @@ export async function streamChat (url: string, body: unknown, options: { collect
   const payload = JSON.stringify(body)
   return await new Promise((resolve, reject) => {
     const req = request({
-      hostname: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent: keepAlive,
+      // A connection per request: llama-server closes idle keep-alive connections, which a reused socket finds too late.
+      hostname: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent: false,
       headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...options.headers }
     }, (res) => {
       if (res.statusCode !== 200) {

@@ -2,10 +2,12 @@ import type { BatchingOptions, BatchItem, LlamaContext, PrioritizedBatchItem } f
 
 /**
  * How often the batch loop may come back for the sequences it expects before it decodes without them. Each return is
- * one trip through node-llama-cpp's batch loop, a few microtasks; a sampled sequence re-queues within about four
+ * one trip through node-llama-cpp's batch loop, a few microtasks; a sampled sequence re-queues within about five
  * (measured, 24M model, 4 streams), so this bound is reached only when a sequence has stopped or waits on I/O.
  */
 const MAX_HOLDS = 16
+/** A sequence counts as generating while it took part in one of this many latest batches. */
+const ACTIVE_BATCHES = 2
 
 /**
  * How one context forms its decode batches, so that N streams decode as one batch of N tokens per step, as
@@ -16,7 +18,9 @@ const MAX_HOLDS = 16
  * - **Complete batches.** node-llama-cpp forms the next batch as soon as the previous one's samples resolve, before
  *   the sequences just sampled have re-queued (they come back through several promise hops), so 4 streams decoded as
  *   batches of 3 and 1. The prioritization strategy holds a batch back (returns nothing, which sends the batch loop
- *   round once more) while fewer sequences are queued than took part in the last batch, at most MAX_HOLDS times.
+ *   round once more) while a sequence that took part in either of the last two batches is not queued yet, at most
+ *   MAX_HOLDS times. Two batches, not one: a sequence that fell one batch behind (its first token takes longer) is
+ *   waited for, and the streams fall back into step, instead of trailing one batch apart for the rest of the answer.
  * - **Sequence order.** node-llama-cpp gives every sequence its own KV stream, and llama.cpp splits a batch whose
  *   sequence ids are out of order into several micro-batches (one matrix-vector product per sequence instead of one
  *   matrix product for all). Items are sorted by sequence id. node-llama-cpp's BatchItem does not carry the id, so it
@@ -30,6 +34,10 @@ export class SequenceOrderedBatching {
   /** The options to pass to `model.createContext({ batching })`; call `attach` with the context it returns. */
   readonly options: BatchingOptions
   #queue: (() => unknown) | null = null
+  /** Sequence id → the batch it last took part in (when the ids can be read). */
+  readonly #lastBatch = new Map<number, number>()
+  #batches = 0
+  /** Items in the last batch: what is waited for when the ids cannot be read. */
   #expected = 0
   #holds = 0
 
@@ -50,13 +58,18 @@ export class SequenceOrderedBatching {
   }
 
   #prioritize (items: readonly BatchItem[], size: number): PrioritizedBatchItem[] {
-    if (items.length < this.#expected && this.#holds < MAX_HOLDS) {
+    const ids = this.#sequenceIds(items)
+    if (this.#holds < MAX_HOLDS && this.#missing(items, ids)) {
       this.#holds++
       return []
     }
     this.#holds = 0
     this.#expected = items.length
-    const ordered = this.#bySequence(items)
+    this.#batches++
+    if (ids != null) for (const id of ids) this.#lastBatch.set(id, this.#batches)
+    const ordered = ids == null
+      ? [...items]
+      : items.map((item, i) => ({ item, id: ids[i] })).sort((a, b) => a.id - b.id).map(({ item }) => item)
     const share = Math.max(1, Math.floor(size / ordered.length))
     let left = size
     const batch = ordered.map((item): PrioritizedBatchItem => {
@@ -73,15 +86,23 @@ export class SequenceOrderedBatching {
     return batch.filter((entry) => entry.processAmount > 0)
   }
 
-  #bySequence (items: readonly BatchItem[]): BatchItem[] {
+  /** Whether a sequence that is generating has not re-queued yet. */
+  #missing (items: readonly BatchItem[], ids: number[] | null): boolean {
+    if (ids == null) return items.length < this.#expected
+    const queued = new Set(ids)
+    for (const [id, batch] of this.#lastBatch) {
+      if (batch <= this.#batches - ACTIVE_BATCHES) this.#lastBatch.delete(id) // it stopped: no longer waited for
+      else if (!queued.has(id)) return true
+    }
+    return false
+  }
+
+  /** The items' sequence ids, read from the context's queue; null when that private field is not what we expect. */
+  #sequenceIds (items: readonly BatchItem[]): number[] | null {
     const queue = this.#queue?.()
-    if (!Array.isArray(queue) || queue.length !== items.length) return [...items]
+    if (!Array.isArray(queue) || queue.length !== items.length) return null
     const ids = queue.map((queued: { sequenceId?: unknown }) => queued.sequenceId)
-    if (!ids.every((id) => typeof id === 'number')) return [...items]
-    return items
-      .map((item, i) => ({ item, id: ids[i] as number }))
-      .sort((a, b) => a.id - b.id)
-      .map(({ item }) => item)
+    return ids.every((id) => typeof id === 'number') ? ids as number[] : null
   }
 }
 
