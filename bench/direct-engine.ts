@@ -1,6 +1,9 @@
 // Child process of bench:llama-server: node-llama-cpp called directly (no HTTP, no meshnode), driven over IPC, so
-// that its memory is measured on its own. One context with `streams` sequences, one LlamaChat per sequence, threads 1,
-// node-llama-cpp's default batching: what a program using the library in the obvious way gets.
+// that its memory is measured on its own. What a program using the library in the obvious way gets: threads 1,
+// node-llama-cpp's default batching, one LlamaChat per sequence, and a context with as many sequences as streams run
+// at once (one for the single stream and the chat, `slots` for the parallel streams). A single stream on a context of
+// several sequences would pay node-llama-cpp's next-turn dispatch (setImmediate) on every token, a cost a program
+// running one stream would not have. So this process holds the KV cache of 1 + `slots` sequences.
 import { getLlama, LlamaChat, resolveChatWrapper, type ChatHistoryItem } from 'node-llama-cpp'
 
 export type DirectJob =
@@ -12,9 +15,12 @@ const [modelPath, slotsArgument, contextArgument] = process.argv.slice(2)
 const slots = Number(slotsArgument)
 const llama = await getLlama({ gpu: false, build: 'never', maxThreads: 1, progressLogs: false })
 const model = await llama.loadModel({ modelPath })
-const context = await model.createContext({ sequences: slots, contextSize: Number(contextArgument), threads: 1 })
 const chatWrapper = resolveChatWrapper(model)
-const chats = Array.from({ length: slots }, () => new LlamaChat({ contextSequence: context.getSequence(), chatWrapper }))
+const chatsFor = new Map<number, LlamaChat[]>()
+for (const sequences of new Set([1, slots])) {
+  const context = await model.createContext({ sequences, contextSize: Number(contextArgument), threads: 1 })
+  chatsFor.set(sequences, Array.from({ length: sequences }, () => new LlamaChat({ contextSequence: context.getSequence(), chatWrapper })))
+}
 
 function toHistory (messages: Extract<DirectJob, { op: 'generate' }>['messages']): ChatHistoryItem[] {
   const history = messages.map((m): ChatHistoryItem => m.role === 'assistant'
@@ -48,6 +54,7 @@ async function generate (chat: LlamaChat, job: Extract<DirectJob, { op: 'generat
 
 process.on('message', (job: DirectJob) => {
   const started = performance.now()
+  const chats = chatsFor.get(job.streams) ?? chatsFor.get(slots) ?? []
   Promise.all(chats.slice(0, job.streams).map(async (chat) => await generate(chat, job, started))).then(
     (results) => { process.send?.({ results }) },
     (err: unknown) => { process.send?.({ error: String(err) }) })

@@ -29,8 +29,8 @@ type Message = { role: 'system' | 'user' | 'assistant', content: string }
 interface Target {
   name: TargetName
   pid: number
-  /** Runs `streams` identical generations at once; results in stream order. */
-  generate: (messages: Message[], maxTokens: number, streams: number) => Promise<ChatStreamResult[]>
+  /** Runs `streams` identical generations at once; results in stream order. `conversation`: a chat's next turn. */
+  generate: (messages: Message[], maxTokens: number, streams: number, conversation?: boolean) => Promise<ChatStreamResult[]>
   close: () => void
 }
 
@@ -154,8 +154,11 @@ async function startDirect (model: string): Promise<Target> {
   return {
     name: 'direct',
     pid: child.pid ?? 0,
-    generate: async (messages, maxTokens, streams) => {
-      const job: DirectJob = { op: 'generate', messages, maxTokens, streams, keepHistory: true }
+    generate: async (messages, maxTokens, streams, conversation = false) => {
+      // A chat keeps its sequence, so LlamaChat evaluates only the new turn. Other runs clear first: node-llama-cpp's
+      // batch loop holds the context lock while any decode is queued, so concurrent generations that must first trim
+      // a kept sequence would wait for each other and run one after another.
+      const job: DirectJob = { op: 'generate', messages, maxTokens, streams, keepHistory: conversation }
       child.send(job)
       const answer = await new Promise<{ results?: DirectResult[], error?: string }>((resolve) => child.once('message', resolve))
       if (answer.results == null) throw new Error(`direct engine: ${answer.error}`)
@@ -178,7 +181,7 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
   const chatCached: Array<number | null> = []
   for (let turn = 0; turn < TURNS; turn++) {
     history.push({ role: 'user', content: text(TURN_WORDS, seed * 100 + turn) })
-    const [answer] = await target.generate(history, TURN_ANSWER_TOKENS, 1)
+    const [answer] = await target.generate(history, TURN_ANSWER_TOKENS, 1, true)
     chatTtftMs.push(answer.ttftMs)
     chatCached.push(answer.cachedTokens)
     // The history carries a fixed answer of about the same length, the same for every server: a random model's text
