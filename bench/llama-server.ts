@@ -5,6 +5,8 @@
 // Method and results: bench/README.md. Never run by tests or CI: the first run builds llama-server (~15-30 min).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import type { DirectJob, DirectResult } from './direct-engine.ts'
@@ -38,6 +40,7 @@ interface RoundResult { decode1: number, decode4: number, longTtftMs: number, ch
 
 const children = new Set<ChildProcess>()
 process.on('exit', () => { for (const child of children) child.kill('SIGKILL') })
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => { process.exit(130) }) // 'exit' ends the servers
 
 function median (values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b)
@@ -83,12 +86,12 @@ function text (words: number, seed: number): string {
   return out.join(' ')
 }
 
-function httpTarget (name: TargetName, url: string, pid: number, child: ChildProcess): Target {
+function httpTarget (name: TargetName, url: string, pid: number, child: ChildProcess, model = 'bench'): Target {
   return {
     name,
     pid,
     generate: async (messages, maxTokens, streams) => {
-      const body = { model: 'bench', messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }
+      const body = { model, messages, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }
       const started = performance.now()
       return await Promise.all(Array.from({ length: streams }, async () =>
         await streamChat(`${url}/v1/chat/completions`, body, { started, collectText: streams === 1 })))
@@ -126,21 +129,24 @@ async function startLlamaServer (binary: string, model: string): Promise<Target>
   return httpTarget('llama-server', url, child.pid ?? 0, child)
 }
 
-async function startMeshnode (model: string): Promise<Target> {
-  // The flag bin/meshnode.js and npm start give `serve` (its young generation would otherwise keep ~60 MB).
-  const child = spawn(process.execPath, ['--max-semi-space-size=4', join(import.meta.dirname, 'meshnode-serve.ts'), model, String(SLOTS), String(SLOT_CONTEXT)],
-    { stdio: ['ignore', 'pipe', 'inherit'] })
+async function startMeshnode (model: string, dataDir: string): Promise<Target> {
+  // The node as users run it: bin/meshnode.js (which starts `serve` with its V8 flags), the model loaded at start.
+  const port = await freePort()
+  const child = spawn(process.execPath, [join(import.meta.dirname, '..', 'bin', 'meshnode.js'), 'serve', '--port', String(port),
+    '--data-dir', dataDir, '--threads', '1', '--slots', String(SLOTS), '--context-size', String(SLOT_CONTEXT), '--model', model],
+  { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, MESHNODE_LOG_LEVEL: 'warn' } })
   track(child, 'meshnode')
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = ''
-    child.once('exit', (code) => { reject(new Error(`meshnode exited with ${code}`)) })
-    child.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString()
-      const line = out.split('\n').find((l) => l.startsWith('{"url"'))
-      if (line != null) resolve((JSON.parse(line) as { url: string }).url)
-    })
-  })
-  return httpTarget('meshnode', url, child.pid ?? 0, child)
+  const url = `http://127.0.0.1:${port}`
+  await waitForHealth(url, child)
+  const deadline = Date.now() + 120_000
+  let modelID: string | undefined
+  while (modelID == null) {
+    if (Date.now() > deadline) throw new Error('meshnode did not load the model')
+    const listed = await fetch(`${url}/v1/models`).then(async (res) => await res.json() as { data: Array<{ id: string }> }, () => ({ data: [] }))
+    modelID = listed.data[0]?.id
+    if (modelID == null) await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  return httpTarget('meshnode', url, child.pid ?? 0, child, modelID)
 }
 
 async function startDirect (model: string): Promise<Target> {
@@ -194,9 +200,11 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
 
 async function benchModel (name: string, model: string, llamaServer: string): Promise<string[]> {
   // Started one after another so each load has the machine to itself; all stay up, and only one works at a time.
-  const targets = [await startLlamaServer(llamaServer, model), await startMeshnode(model), await startDirect(model)]
+  const dataDir = await mkdtemp(join(tmpdir(), 'meshnode-bench-node-'))
+  const targets = [await startLlamaServer(llamaServer, model), await startMeshnode(model, dataDir), await startDirect(model)]
   const loaded = Object.fromEntries(targets.map((t) => [t.name, memory(t.pid).rssMB])) as Record<TargetName, number>
   const results = new Map<TargetName, RoundResult[]>(TARGETS.map((t) => [t, []]))
+  let peak: Record<TargetName, number>
   try {
     for (const target of targets) await round(target, 1) // warm-up: first allocations, JIT, page cache
     for (let r = 0; r < ROUNDS; r++) {
@@ -209,10 +217,12 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
           `long ${result.longTtftMs.toFixed(0)} ms, chat ${result.chatTtftMs.map((t) => t.toFixed(0)).join('/')} ms, cached ${result.chatCached.join('/')}`)
       }
     }
+    peak = Object.fromEntries(targets.map((t) => [t.name, memory(t.pid).peakMB])) as Record<TargetName, number>
   } finally {
     for (const target of targets) target.close()
   }
-  const peak = Object.fromEntries(targets.map((t) => [t.name, memory(t.pid).peakMB])) as Record<TargetName, number>
+  await new Promise((resolve) => setTimeout(resolve, 1000)) // let the node close its database before its folder goes
+  await rm(dataDir, { recursive: true, force: true })
   const m = (target: TargetName, pick: (r: RoundResult) => number): number => median((results.get(target) ?? []).map(pick))
   const rows: string[] = []
   const measures: Array<[string, (r: RoundResult) => number, number]> = [
