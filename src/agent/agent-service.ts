@@ -4,11 +4,10 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
 import { BusyError, ConflictError, CorruptStateError, InvalidInputError, NotFoundError, TooLargeError, UnavailableError } from '../errors.ts'
-import type { NodeIdentity } from '../identity/index.ts'
+import { parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
 import { InvalidGenerationRequestError, type ChatEvent, type ChatMessage, type ChatRequest, type GenerateOptions } from '../inference/index.ts'
-import { ProtocolError, type PeerInfo, type SignedEnvelope } from '../network/index.ts'
-import type { FrameStream } from '../network/frames.ts'
-import { firstOrTimeout, writeMessage } from '../network/frames.ts'
+import type { PeerInfo } from '../network/index.ts'
+import { ProtocolError, firstOrTimeout, writeMessage, type FrameStream, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
 import { inTransaction, type Database } from '../store/index.ts'
 import {
   AGENT_KEEPALIVE_MS, AGENT_PROTOCOL, AgentRefusalError, MAX_AGENT_CAPABILITIES, MAX_AGENT_CAPABILITY_CHARS, MAX_AGENT_MESSAGE_BYTES,
@@ -18,13 +17,10 @@ import {
 
 /** Largest system prompt, in UTF-8 bytes. */
 export const MAX_SYSTEM_PROMPT_BYTES = 8 * 1024
-const NODE_ID = /^[0-9a-f]{64}$/
 
 /** What the agent uses of the peer network (`PeerNetwork` has it). */
-export interface AgentNetwork {
+export interface AgentNetwork extends PeerStreams {
   handle (protocol: string, handler: (stream: Stream, peer: { readonly nodeID: string }) => Promise<void>, options: { maxInboundStreams: number }): Promise<void>
-  /** Throws NotFoundError for a node that is not a peer, UnavailableError when it cannot be reached. */
-  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
   peer (nodeID: string): PeerInfo | null
   peers (): PeerInfo[]
   /** Disconnects and bans a peer whose answer was malformed, oversized or forged (other errors are ignored). */
@@ -379,16 +375,15 @@ export class AgentService {
   }
 
   /** The peer and conversation a send goes to; a new conversation id when none is given. */
-  #target (request: SendRequest): { peerID: string, conversationID: string } {
+  #target (request: SendRequest): { peerID: NodeID, conversationID: string } {
     const me = this.#identity.nodeID
-    let peerID = request.peerID ?? null
+    let peerID = request.peerID == null ? null : checkPeerID(request.peerID, me)
     let conversationID = request.conversationID ?? null
-    if (peerID != null) checkPeerID(peerID, me)
     if (conversationID != null) {
       const row = this.#getConversation.get(conversationID) as ConversationRow | undefined
       if (row == null) throw new NotFoundError(`Conversation not found: ${conversationID}`)
       if (peerID != null && peerID !== row.peer_id) throw new ConflictError(`Conversation ${conversationID} is with peer ${row.peer_id}, not ${peerID}`)
-      peerID = row.peer_id
+      peerID = row.peer_id as NodeID   // filed only for a nodeID that signed its messages
       // A peer this node has talked to is known; not being in the table now means it cannot be reached.
       if (this.#network.peer(peerID) == null) throw new UnavailableError(`Peer ${peerID} of conversation ${conversationID} is offline`)
     } else {
@@ -399,28 +394,18 @@ export class AgentService {
     return { peerID, conversationID }
   }
 
-  /** Opens the stream, sends the message and returns the peer's answer envelope, or throws in our error kinds. */
+  /** Sends the message and returns the peer's answer envelope, or throws in our error kinds. */
   async #deliver (peerID: string, envelope: SignedEnvelope<AgentMessage>, callerSignal: AbortSignal | undefined): Promise<SignedEnvelope> {
     const deadline = AbortSignal.timeout(this.#options.answerTimeoutMs)
     const signal = AbortSignal.any([deadline, this.#shutdown.signal, ...(callerSignal == null ? [] : [callerSignal])])
-    let stream: Stream
     try {
-      stream = await this.#network.open(peerID, AGENT_PROTOCOL, { signal: AbortSignal.any([signal, AbortSignal.timeout(this.#options.openTimeoutMs)]) })
-    } catch (err) {
-      if (callerSignal?.aborted === true) throw callerSignal.reason
-      if (err instanceof NotFoundError || err instanceof UnavailableError) throw err
-      throw new UnavailableError(`Peer ${peerID} is unreachable: ${(err as Error).message}`, { cause: err })
-    }
-    try {
-      return await exchangeAgentMessage(stream, envelope, { signal, idleTimeoutMs: this.#options.idleTimeoutMs })
+      return await exchangeAgentMessage(this.#network, peerID, envelope, { signal, openTimeoutMs: this.#options.openTimeoutMs, idleTimeoutMs: this.#options.idleTimeoutMs })
     } catch (err) {
       if (callerSignal?.aborted === true) throw callerSignal.reason
       if (err instanceof AgentRefusalError) throw fromRefusal(peerID, err)
+      if (err instanceof NotFoundError || err instanceof UnavailableError) throw err
       if (deadline.aborted) throw new UnavailableError(`The agent of peer ${peerID} did not answer within ${this.#options.answerTimeoutMs} ms`)
-      if (err instanceof ProtocolError) {
-        await this.#network.reportMisbehaviour(peerID, err)
-        throw new UnavailableError(`The agent of peer ${peerID} did not answer properly: ${err.message}`, { cause: err })
-      }
+      if (err instanceof ProtocolError) throw new UnavailableError(`The agent of peer ${peerID} did not answer properly: ${err.message}`, { cause: err })
       throw new UnavailableError(`Peer ${peerID} is unreachable: ${(err as Error).message}`, { cause: err })
     }
   }
@@ -641,9 +626,9 @@ function checkSystemPrompt (prompt: string): string {
   return prompt
 }
 
-function checkPeerID (peerID: string, me: string): void {
+function checkPeerID (peerID: string, me: string): NodeID {
   if (peerID === me) throw new InvalidInputError('This node\'s agent does not talk to itself', 'peerID')
-  if (!NODE_ID.test(peerID)) throw new InvalidInputError(`peerID must be a nodeID (64 lowercase hex characters), not ${JSON.stringify(peerID.slice(0, 80))}`, 'peerID')
+  return parseNodeID(peerID, 'peerID')
 }
 
 function checkContent (content: string): string {

@@ -1,8 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import { z } from 'zod'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from '../network/errors.ts'
-import { NodeID, SignedEnvelope, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage, type FrameStream } from '../network/frames.ts'
+import { NodeID, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, SignedEnvelope, askPeer, openEnvelope, readRequest, signEnvelope, type FrameStream, type PeerStreams } from '../wire/index.ts'
 
 // Agent-to-agent messages (spec §2.11, CONTRACT §9). One stream carries one exchange: the sender writes its message
 // as an envelope signed by its node key and half-closes; the receiving agent answers with its loaded model and writes
@@ -87,15 +86,12 @@ export function signAgentMessage (identity: NodeIdentity, message: AgentMessage)
  * `to` is this node, content within its limit, and a question or an answer as expected. Throws ProtocolError.
  */
 export function openAgentMessage (envelope: unknown, expected: { from: string, to: string, inReplyTo: string | null }): AgentMessage {
-  // The body's shape first: content over the limit is `too_large`, and a body canonical JSON cannot sign (1e999
-  // parses to Infinity) fails as a refusal rather than inside the signature check.
+  // Content over the limit is `too_large` (a 413 for the sender's user), not merely a body of the wrong shape.
   const body = (envelope as { body?: unknown } | null)?.body
   const content = (body as { content?: unknown } | null)?.content
   if (typeof content === 'string' && Buffer.byteLength(content, 'utf8') > MAX_AGENT_MESSAGE_BYTES) {
     throw new ProtocolError(`Agent message content exceeds ${MAX_AGENT_MESSAGE_BYTES} bytes`, 'too_large')
   }
-  const shape = AgentMessage.safeParse(body)
-  if (!shape.success) throw new ProtocolError(`Agent message does not match its schema: ${shape.error.issues[0]?.message ?? 'invalid'}`, 'invalid')
   const message = openEnvelope(envelope, AgentMessage, { domain: AGENT_PROTOCOL, expectedSigner: expected.from })
   if (message.from !== expected.from) throw new ProtocolError(`Message ${message.messageID} is from ${message.from}, but was signed and sent by ${expected.from}`, 'wrong_signer')
   if (message.to !== expected.to) throw new ProtocolError(`Message ${message.messageID} is addressed to ${message.to}, not to this node`, 'invalid')
@@ -109,13 +105,14 @@ export function openAgentMessage (envelope: unknown, expected: { from: string, t
 
 /** Reads the sender's message frame (the receiver's first step). Throws ProtocolError. */
 export async function readAgentRequest (stream: Stream): Promise<{ frames: FrameStream, envelope: SignedEnvelope }> {
-  const frames = openFrames(stream, { maxFrameBytes: MAX_AGENT_FRAME_BYTES })
-  const envelope = await readMessage(frames, SignedEnvelope, { timeoutMs: AGENT_REQUEST_TIMEOUT_MS })
-  return { frames, envelope }
+  const { frames, request } = await readRequest(stream, SignedEnvelope, { maxRequestBytes: MAX_AGENT_FRAME_BYTES, timeoutMs: AGENT_REQUEST_TIMEOUT_MS })
+  return { frames, envelope: request }
 }
 
 export interface ExchangeOptions {
   signal?: AbortSignal
+  /** Deadline for reaching the peer and opening the stream. */
+  openTimeoutMs: number
   /** The sender gives up on a receiver that sent no frame for this long. */
   idleTimeoutMs: number
 }
@@ -123,21 +120,20 @@ export interface ExchangeOptions {
 /**
  * The sender's side of one exchange: writes `envelope`, half-closes, and returns the receiver's answer envelope
  * (unchecked: the caller opens it). Throws AgentRefusalError for the receiver's error frame, ProtocolError for a
- * broken answer. The stream is reset on any failure, which cancels the answer at the receiver.
+ * broken answer (the peer is reported), UnavailableError when the peer cannot be reached. The stream is reset on any
+ * failure, which cancels the answer at the receiver.
  */
-export async function exchangeAgentMessage (stream: Stream, envelope: SignedEnvelope<AgentMessage>, options: ExchangeOptions): Promise<SignedEnvelope> {
-  const frames = openFrames(stream, { maxFrameBytes: MAX_AGENT_FRAME_BYTES })
-  try {
-    await writeMessage(frames, envelope, { signal: options.signal })
-    await stream.close({ signal: options.signal })   // half-close: the message is complete; not a cancel
-    for (;;) {
-      const frame = await readMessage(frames, AgentReplyFrame, { timeoutMs: options.idleTimeoutMs, signal: options.signal })
-      if (frame.type === 'keepalive') continue
-      if (frame.type === 'error') throw new AgentRefusalError(frame.code, frame.message)
-      return frame.envelope as SignedEnvelope
-    }
-  } catch (err) {
-    stream.abort(err instanceof Error ? err : new Error(String(err)))
-    throw err
+export async function exchangeAgentMessage (peers: PeerStreams, nodeID: string, envelope: SignedEnvelope<AgentMessage>, options: ExchangeOptions): Promise<SignedEnvelope> {
+  const frames = askPeer(peers, nodeID, AGENT_PROTOCOL, envelope, AgentReplyFrame, (frame) => frame.type !== 'keepalive', {
+    signal: options.signal,
+    openTimeoutMs: options.openTimeoutMs,
+    timeoutMs: options.idleTimeoutMs,
+    maxRequestBytes: MAX_AGENT_FRAME_BYTES,
+    maxAnswerBytes: MAX_AGENT_FRAME_BYTES
+  })
+  for await (const frame of frames) {
+    if (frame.type === 'error') throw new AgentRefusalError(frame.code, frame.message)
+    if (frame.type === 'answer') return frame.envelope as SignedEnvelope
   }
+  throw new ProtocolError('The agent stream ended without an answer', 'eof')
 }

@@ -3,11 +3,12 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { CorruptStateError } from '../errors.ts'
 import { writeFileAtomic } from '../store/files.ts'
+import { HEX_32_BYTES, nodeIDFromPublicKey, type NodeID } from './node-id.ts'
 
 /** The node's one Ed25519 key: its nodeID, its libp2p peer id and its Solana address all derive from it. */
 export interface NodeIdentity {
   /** Hex of the 32-byte public key. */
-  readonly nodeID: string
+  readonly nodeID: NodeID
   readonly publicKey: Uint8Array
   /** The 32-byte private seed. Never logged, never sent. */
   readonly seed: Uint8Array
@@ -51,7 +52,7 @@ export function identityFromSeed (seed: Uint8Array): NodeIdentity {
   const privateKey = privateKeyFromSeed(seed)
   const publicKey = rawPublicKey(createPublicKey(privateKey))
   return {
-    nodeID: Buffer.from(publicKey).toString('hex'),
+    nodeID: nodeIDFromPublicKey(publicKey),
     publicKey,
     seed,
     sign: (data) => new Uint8Array(sign(null, data, privateKey))
@@ -82,7 +83,7 @@ export function loadOrCreateIdentity (dataDir: string): NodeIdentity {
 /** Reads a node key file; CorruptStateError when it cannot be parsed. */
 export function readKeyFile (path: string): NodeIdentity {
   const [version, hex] = readFileSync(path, 'utf8').trim().split('\n')
-  if (version !== KEY_FILE_VERSION || hex == null || !/^[0-9a-f]{64}$/.test(hex)) {
+  if (version !== KEY_FILE_VERSION || hex == null || !HEX_32_BYTES.test(hex)) {
     throw new CorruptStateError(`Node key file ${path} is unreadable; refusing to start rather than replace the node's identity`)
   }
   return identityFromSeed(new Uint8Array(Buffer.from(hex, 'hex')))

@@ -7,6 +7,7 @@ import { open, rename, rm, stat } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { InvalidInputError } from '../errors.ts'
+import { backoffDelayMs } from '../wire/index.ts'
 import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError } from './errors.ts'
 import { rateLimitWaitMs } from './hub.ts'
 
@@ -121,7 +122,7 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
         throw new DownloadFailedError(url, `gave up after ${job.attempts} attempts: ${err.message}`,
           { status: err.status, attempts: job.attempts, cause: err.cause })
       }
-      const backoffMs = baseDelayMs * 2 ** (failures - 1) * (0.5 + Math.random() / 2)
+      const backoffMs = backoffDelayMs(failures, { minMs: baseDelayMs, maxMs: maxDelayMs })
       const waitMs = err.status === 429 && err.retryAfterMs != null
         ? Math.min(maxRateLimitWaitMs, err.retryAfterMs)
         : Math.min(maxDelayMs, err.retryAfterMs ?? backoffMs)

@@ -1,9 +1,8 @@
 import type { PeerId, Stream } from '@libp2p/interface'
 import type { Libp2p } from 'libp2p'
 import { z } from 'zod'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from './errors.ts'
-import { NodeID, SignedEnvelope, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage, type FrameStream } from './frames.ts'
+import { NodeID, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, requestOnStream, serveRequest, signEnvelope } from '../wire/index.ts'
 import { openStream } from './peer-ids.ts'
 
 // What a node offers its peers, signed by its node key and fetched by each peer when it connects and at every
@@ -73,24 +72,15 @@ export function openCapabilities (envelope: unknown, nodeID: string): Capability
 /** Answers one `get` with this node's current signed record. */
 export function createCapabilitiesHandler (current: () => SignedEnvelope<CapabilityRecord>): (stream: Stream) => Promise<void> {
   return async (stream) => {
-    const frames = openFrames(stream, { maxFrameBytes: MAX_CAPABILITIES_RECORD_BYTES })
-    await readMessage(frames, CapabilitiesRequest, { timeoutMs: CAPABILITIES_READ_TIMEOUT_MS })
-    await writeMessage(frames, current())
-    await stream.close()
+    await serveRequest(stream, CapabilitiesRequest, () => current(), { maxRequestBytes: MAX_CAPABILITIES_REQUEST_BYTES, maxAnswerBytes: MAX_CAPABILITIES_RECORD_BYTES, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS })
   }
 }
 
 /** Fetches and verifies a peer's record. Throws `ProtocolError` for a malformed, oversized or forged one. */
 export async function fetchCapabilities (host: Libp2p, peer: PeerId, nodeID: string, options: { signal?: AbortSignal } = {}): Promise<CapabilityRecord> {
   const stream = await openStream(host, peer, CAPABILITIES_PROTOCOL, options)
-  const frames: FrameStream = openFrames(stream, { maxFrameBytes: MAX_CAPABILITIES_RECORD_BYTES })
-  try {
-    await writeMessage(frames, { type: 'get' }, { signal: options.signal, maxFrameBytes: MAX_CAPABILITIES_REQUEST_BYTES })
-    await stream.close({ signal: options.signal })
-    const envelope = await readMessage(frames, SignedEnvelope, { timeoutMs: CAPABILITIES_READ_TIMEOUT_MS, signal: options.signal })
-    return openCapabilities(envelope, nodeID)
-  } catch (err) {
-    stream.abort(err instanceof Error ? err : new Error(String(err)))
-    throw err
-  }
+  const envelope = await requestOnStream(stream, { type: 'get' }, SignedEnvelope, {
+    signal: options.signal, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS, maxRequestBytes: MAX_CAPABILITIES_REQUEST_BYTES, maxAnswerBytes: MAX_CAPABILITIES_RECORD_BYTES
+  })
+  return openCapabilities(envelope, nodeID)
 }

@@ -2,8 +2,7 @@ import { createHmac, randomBytes, scrypt, timingSafeEqual } from 'node:crypto'
 import type { PeerId, Stream } from '@libp2p/interface'
 import type { Libp2p } from 'libp2p'
 import { z } from 'zod'
-import { ProtocolError } from './errors.ts'
-import { openFrames, readMessage, writeMessage } from './frames.ts'
+import { ProtocolError, openFrames, readMessage, writeMessage } from '../wire/index.ts'
 import { openStream } from './peer-ids.ts'
 
 // LAN cluster admission (CONTRACT §6 `cluster_passcode`): two nodes found by mDNS prove to each other that they know

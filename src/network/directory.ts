@@ -3,9 +3,8 @@ import { multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
 import { z } from 'zod'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from './errors.ts'
-import { NodeID, SignedEnvelope, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage } from './frames.ts'
+import { NodeID, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, requestOnStream, serveRequest, signEnvelope } from '../wire/index.ts'
 import { openStream, peerIdToNodeID } from './peer-ids.ts'
 
 // The relay's rendezvous: a node registers a record of where it can be reached, signed by its node key, and lists
@@ -140,26 +139,20 @@ export class RelayDirectory {
 /** The relay's handler: one request per stream, answered and closed. */
 export function createDirectoryHandler (deps: { directory: RelayDirectory, log: Logger }): StreamHandler {
   return async (stream, connection) => {
-    const frames = openFrames(stream, { maxFrameBytes: MAX_DIRECTORY_REQUEST_BYTES })
     const peer = connection.remotePeer.toString()
     try {
-      const request = await readMessage(frames, DirectoryRequest, { timeoutMs: DIRECTORY_READ_TIMEOUT_MS })
-      let response: DirectoryResponse
-      if (request.type === 'list') {
-        response = { type: 'peers', records: deps.directory.list() }
-      } else {
+      await serveRequest(stream, DirectoryRequest, (request): DirectoryResponse => {
+        if (request.type === 'list') return { type: 'peers', records: deps.directory.list() }
         try {
           deps.directory.register(request.record, connection.remotePeer)
-          response = { type: 'registered', ttlMs: deps.directory.recordTtlMs }
+          return { type: 'registered', ttlMs: deps.directory.recordTtlMs }
         } catch (err) {
           // A well-formed request we will not honour gets an answer saying why; only a broken frame costs the stream.
           if (!(err instanceof ProtocolError)) throw err
           deps.log.warn({ peer, reason: err.message, code: err.code }, 'directory registration refused')
-          response = { type: 'refused', reason: err.message.slice(0, 1000) }
+          return { type: 'refused', reason: err.message.slice(0, 1000) }
         }
-      }
-      await writeMessage(frames, response, { maxFrameBytes: MAX_DIRECTORY_RESPONSE_BYTES })
-      await stream.close()
+      }, { maxRequestBytes: MAX_DIRECTORY_REQUEST_BYTES, maxAnswerBytes: MAX_DIRECTORY_RESPONSE_BYTES, timeoutMs: DIRECTORY_READ_TIMEOUT_MS })
     } catch (err) {
       deps.log.warn({ err, peer }, 'directory stream refused or failed')
       stream.abort(err instanceof Error ? err : new Error(String(err)))
@@ -173,17 +166,11 @@ export async function handleDirectory (host: Libp2p, deps: { directory: RelayDir
 
 async function ask (host: Libp2p, relay: PeerId, request: DirectoryRequest, options: { signal?: AbortSignal }): Promise<DirectoryResponse> {
   const stream: Stream = await openStream(host, relay, DIRECTORY_PROTOCOL, options)
-  const frames = openFrames(stream, { maxFrameBytes: MAX_DIRECTORY_RESPONSE_BYTES })
-  try {
-    await writeMessage(frames, request, { signal: options.signal, maxFrameBytes: MAX_DIRECTORY_REQUEST_BYTES })
-    await stream.close({ signal: options.signal })   // half-close: the request is complete
-    const response = await readMessage(frames, DirectoryResponse, { timeoutMs: DIRECTORY_READ_TIMEOUT_MS, signal: options.signal })
-    if (response.type === 'refused') throw new ProtocolError(`Relay refused: ${response.reason}`, 'refused')
-    return response
-  } catch (err) {
-    stream.abort(err instanceof Error ? err : new Error(String(err)))
-    throw err
-  }
+  const response = await requestOnStream(stream, request, DirectoryResponse, {
+    signal: options.signal, timeoutMs: DIRECTORY_READ_TIMEOUT_MS, maxRequestBytes: MAX_DIRECTORY_REQUEST_BYTES, maxAnswerBytes: MAX_DIRECTORY_RESPONSE_BYTES
+  })
+  if (response.type === 'refused') throw new ProtocolError(`Relay refused: ${response.reason}`, 'refused')
+  return response
 }
 
 /** Registers (or renews) this node's record at the relay; throws `ProtocolError` `refused` with the relay's reason. */

@@ -8,7 +8,6 @@ export { relayMultiaddrFromUrl } from './relay-address.ts'
 export type { RelayOptions, RelayLimits, RunningRelay } from './relay.ts'
 export { WanClient } from './wan.ts'
 export type { WanClientDeps, WanClientOptions, WanClientEvents, WanPeer } from './wan.ts'
-export { ProtocolError } from './errors.ts'
 export { PeerNetwork, publicSlots } from './peer-network.ts'
 export type { PeerNetworkDeps, PeerNetworkOptions, PeerNetworkEvents, PeerInfo, PeerType, PeerStatus, CapabilityProviders, HandleOptions, RemotePeer, PeerStreamHandler, JsonValue } from './peer-network.ts'
 export { CAPABILITIES_PROTOCOL } from './capabilities.ts'
@@ -19,10 +18,9 @@ export type { PeerRouterDeps, PeerRouterOptions, RouterNetwork, InferenceBilling
 export { InferService, INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, RemoteInferenceError } from './infer.ts'
 export type { InferServiceDeps } from './infer.ts'
 export type { CapabilityRecord } from './capabilities.ts'
-export type { ProtocolErrorCode } from './errors.ts'
 export {
   TRANSFER_PROTOCOL, TRANSFER_DOMAIN, TRANSFER_HANDLER_OPTIONS, MAX_TRANSFER_MICRO, MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFERS_PER_FRAME,
   Transfer, signTransfer, openTransfer, createTransferHandler, deliverTransfers
 } from './transfer.ts'
 export type { TransferAck, TransferHandlerDeps } from './transfer.ts'
-export type { SignedEnvelope } from './frames.ts'
+

@@ -4,8 +4,7 @@ import { z } from 'zod'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
 import type { ChatEvent, ChatRequest, ChatUsage } from '../inference/index.ts'
 import { ModelIDString } from './capabilities.ts'
-import { ProtocolError } from './errors.ts'
-import { firstOrTimeout, openFrames, readMessage, writeMessage, type FrameStream } from './frames.ts'
+import { askPeer, firstOrTimeout, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
 import { publicSlots, type RemotePeer } from './peer-network.ts'
 
 // Remote inference: a node asks a peer to run a chat request on the peer's loaded model. One stream per request:
@@ -142,9 +141,8 @@ export class InferService {
   }
 
   readonly handle = async (stream: Stream, peer: RemotePeer): Promise<void> => {
-    const frames = openFrames(stream, { maxFrameBytes: MAX_INFER_REQUEST_BYTES })
     // A protocol error here (malformed, oversized, invalid) propagates: the network drops and bans the peer.
-    const ask = await readMessage(frames, InferRequest, { timeoutMs: INFER_REQUEST_TIMEOUT_MS })
+    const { frames, request: ask } = await readRequest(stream, InferRequest, { maxRequestBytes: MAX_INFER_REQUEST_BYTES, timeoutMs: INFER_REQUEST_TIMEOUT_MS })
     const peerGone = new AbortController()
     stream.addEventListener('close', () => { peerGone.abort(new Error('The requesting peer closed the stream')) }, { once: true })
     const member = this.#deps.isPtnMember(peer.nodeID)
@@ -257,34 +255,31 @@ function toErrorFrame (err: unknown): Extract<InferFrame, { type: 'error' }> {
 }
 
 /**
- * The requesting side of one attempt: sends the request on `stream` and yields the peer's events. Throws
- * `RemoteInferenceError` for the peer's error frame, `ProtocolError` for a broken answer (a missing last frame too).
- * Leaving early, or aborting `signal`, resets the stream, which cancels the generation at the peer.
+ * The requesting side of one attempt: sends the request to `nodeID` and yields the peer's events. Throws
+ * `RemoteInferenceError` for the peer's error frame, `ProtocolError` for a broken answer (a missing last frame too;
+ * the peer is reported), UnavailableError when it cannot be reached. Leaving early, or aborting `signal`, resets the
+ * stream, which cancels the generation at the peer.
  */
-export async function * requestInference (stream: Stream, ask: InferRequest, options: { signal?: AbortSignal } = {}): AsyncGenerator<ChatEvent, void, undefined> {
-  const frames = openFrames(stream, { maxFrameBytes: MAX_INFER_RESPONSE_FRAME_BYTES })
-  let finished = false
-  try {
-    await writeMessage(frames, ask, { signal: options.signal, maxFrameBytes: MAX_INFER_REQUEST_BYTES })
-    await stream.close({ signal: options.signal })   // half-close: the request is complete; not a cancel
-    for (;;) {
-      const frame = await readMessage(frames, InferFrame, { timeoutMs: INFER_IDLE_TIMEOUT_MS, signal: options.signal })
-      switch (frame.type) {
-        case 'keepalive':
-          continue
-        case 'delta':
-          yield { type: 'delta', text: frame.text }
-          continue
-        case 'done':
-          finished = true
-          yield { type: 'done', finishReason: frame.finishReason, usage: frame.usage }
-          return
-        case 'error':
-          finished = true
-          throw new RemoteInferenceError(frame)
-      }
+export async function * requestInference (peers: PeerStreams, nodeID: string, ask: InferRequest, options: { signal?: AbortSignal, openTimeoutMs?: number } = {}): AsyncGenerator<ChatEvent, void, undefined> {
+  const frames = askPeer(peers, nodeID, INFER_PROTOCOL, ask, InferFrame, (frame) => frame.type === 'done' || frame.type === 'error', {
+    signal: options.signal,
+    openTimeoutMs: options.openTimeoutMs,
+    timeoutMs: INFER_IDLE_TIMEOUT_MS,
+    maxRequestBytes: MAX_INFER_REQUEST_BYTES,
+    maxAnswerBytes: MAX_INFER_RESPONSE_FRAME_BYTES
+  })
+  for await (const frame of frames) {
+    switch (frame.type) {
+      case 'keepalive':
+        continue
+      case 'delta':
+        yield { type: 'delta', text: frame.text }
+        continue
+      case 'done':
+        yield { type: 'done', finishReason: frame.finishReason, usage: frame.usage }
+        return
+      case 'error':
+        throw new RemoteInferenceError(frame)
     }
-  } finally {
-    if (!finished) stream.abort(new ProtocolError('The requester stopped reading the answer', 'refused'))
   }
 }

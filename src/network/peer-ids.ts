@@ -6,9 +6,8 @@ import { isPeerId, type Connection, type Ed25519PrivateKey, type PeerId, type St
 import { peerIdFromPrivateKey, peerIdFromPublicKey } from '@libp2p/peer-id'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
-import { InvalidInputError } from '../errors.ts'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from './errors.ts'
+import { nodeIDFromPublicKey, parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError } from '../wire/index.ts'
 
 /** Where a node listens by default: loopback TCP and WebSocket on free ports. */
 export const DEFAULT_LISTEN = ['/ip4/127.0.0.1/tcp/0', '/ip4/127.0.0.1/tcp/0/ws']
@@ -31,14 +30,13 @@ export function peerIdFromIdentity (identity: NodeIdentity): PeerId {
 }
 
 /** The nodeID of a peer: hex of its Ed25519 public key. A peer with another kind of key is not a meshnode. */
-export function peerIdToNodeID (peerId: PeerId): string {
+export function peerIdToNodeID (peerId: PeerId): NodeID {
   if (peerId.type !== 'Ed25519') throw new ProtocolError(`Peer ${peerId.toString()} has a ${peerId.type} key, not Ed25519`, 'invalid')
-  return Buffer.from(peerId.publicKey.raw).toString('hex')
+  return nodeIDFromPublicKey(peerId.publicKey.raw)
 }
 
 export function nodeIDToPeerId (nodeID: string): PeerId {
-  if (!/^[0-9a-f]{64}$/.test(nodeID)) throw new InvalidInputError(`Invalid nodeID ${JSON.stringify(nodeID)}: expected 64 hex characters`, 'nodeID')
-  return peerIdFromPublicKey(publicKeyFromRaw(Buffer.from(nodeID, 'hex')))
+  return peerIdFromPublicKey(publicKeyFromRaw(Buffer.from(parseNodeID(nodeID), 'hex')))
 }
 
 /**

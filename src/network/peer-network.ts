@@ -11,7 +11,7 @@ import {
   signCapabilities, type CapabilityRecord
 } from './capabilities.ts'
 import { CLUSTER_PROTOCOL, MAX_INBOUND_CLUSTER_STREAMS, createClusterHandler, deriveClusterKey, joinCluster } from './cluster.ts'
-import { ProtocolError } from './errors.ts'
+import { ProtocolError } from '../wire/index.ts'
 import type { PeerHost } from './libp2p-node.ts'
 import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from './peer-ids.ts'
 import { WanClient, type WanClientOptions } from './wan.ts'

@@ -1,18 +1,15 @@
 import { createHash } from 'node:crypto'
-import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
 import type { ChatRouter, ChatUsage, InferenceEvent, LocalRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
-import { ProtocolError } from './errors.ts'
-import { INFER_PROTOCOL, RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
+import type { PeerStreams } from '../wire/index.ts'
+import { RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
 import type { PeerInfo } from './peer-network.ts'
 
 /** What the router uses of the peer network (`PeerNetwork` has it). */
-export interface RouterNetwork {
+export interface RouterNetwork extends PeerStreams {
   peers (): PeerInfo[]
-  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
   recordDemand (modelID: string): void
-  reportMisbehaviour (nodeID: string, err: unknown): Promise<void>
 }
 
 /** A paid request's credits: held before it goes to a peer, settled with the tokens it generated, or released. */
@@ -161,19 +158,12 @@ export class PeerRouter implements ChatRouter {
   }
 
   async * #ask (peer: PeerInfo, request: RoutedChatRequest, options: RouteOptions): AsyncGenerator<InferenceEvent, void, undefined> {
-    const openSignal = AbortSignal.any([AbortSignal.timeout(this.#openTimeoutMs), ...(options.signal == null ? [] : [options.signal])])
-    const stream = await this.#deps.network.open(peer.nodeID, INFER_PROTOCOL, { signal: openSignal })
     const { modelID, ...chat } = request
     const ask: InferRequest = {
       modelID, request: chat as InferRequest['request'], ptnID: options.ptnID ?? null,
       requester: options.requester == null ? null : requesterLabel(options.requester)
     }
-    try {
-      yield * requestInference(stream, ask, { signal: options.signal })
-    } catch (err) {
-      if (err instanceof ProtocolError) await this.#deps.network.reportMisbehaviour(peer.nodeID, err)
-      throw err
-    }
+    yield * requestInference(this.#deps.network, peer.nodeID, ask, { signal: options.signal, openTimeoutMs: this.#openTimeoutMs })
   }
 }
 

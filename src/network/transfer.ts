@@ -1,9 +1,8 @@
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from './errors.ts'
-import { NodeID, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage, type SignedEnvelope } from './frames.ts'
+import { NodeID, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, openEnvelope, requestOnStream, serveRequest, signEnvelope, type SignedEnvelope } from '../wire/index.ts'
 
 /**
  * Credit transfers between nodes (CONTRACT §6, §8). The payer signs a transfer and delivers it, again and again
@@ -63,10 +62,6 @@ export function signTransfer (identity: NodeIdentity, transfer: Transfer): Signe
  * can replay another node's transfer as their own), `to` is us, and never from us to us. Throws ProtocolError.
  */
 export function openTransfer (envelope: unknown, expected: { from: string, to: string }): Transfer {
-  // The body's shape first: a body JSON can carry but canonical JSON cannot sign (1e999 parses to Infinity) would
-  // otherwise fail inside the signature check as a TypeError instead of as a refusal.
-  const shape = Transfer.safeParse((envelope as { body?: unknown } | null)?.body)
-  if (!shape.success) throw new ProtocolError(`Transfer body does not match its schema: ${shape.error.issues[0]?.message ?? 'invalid'}`, 'invalid')
   const transfer = openEnvelope(envelope, Transfer, { domain: TRANSFER_DOMAIN, expectedSigner: expected.from })
   if (transfer.from !== expected.from) throw new ProtocolError(`Transfer ${transfer.id} is from ${transfer.from}, but was signed and sent by ${expected.from}`, 'wrong_signer')
   if (transfer.to !== expected.to) throw new ProtocolError(`Transfer ${transfer.id} is addressed to ${transfer.to}, not to this node`, 'invalid')
@@ -91,11 +86,8 @@ export interface TransferHandlerDeps {
  */
 export function createTransferHandler (deps: TransferHandlerDeps) {
   return async (stream: Stream, peer: { nodeID: string }): Promise<void> => {
-    const frames = openFrames(stream, { maxFrameBytes: MAX_FRAME_BYTES })
-    const request = await readMessage(frames, TransferRequest, { timeoutMs: READ_TIMEOUT_MS })
-    const acks = request.transfers.map((envelope) => receiveOne(deps, envelope, peer.nodeID))
-    await writeMessage(frames, { acks })
-    await stream.close()
+    await serveRequest(stream, TransferRequest, (request) => ({ acks: request.transfers.map((envelope) => receiveOne(deps, envelope, peer.nodeID)) }),
+      { maxRequestBytes: MAX_FRAME_BYTES, timeoutMs: READ_TIMEOUT_MS })
   }
 }
 
@@ -128,17 +120,10 @@ export async function deliverTransfers (stream: Stream, envelopes: SignedEnvelop
   if (envelopes.length === 0 || envelopes.length > MAX_TRANSFERS_PER_FRAME) {
     throw new RangeError(`A batch holds 1 to ${MAX_TRANSFERS_PER_FRAME} transfers, not ${envelopes.length}`)
   }
-  const frames = openFrames(stream, { maxFrameBytes: MAX_FRAME_BYTES })
-  try {
-    await writeMessage(frames, { transfers: envelopes }, { signal: options.signal })
-    await stream.close({ signal: options.signal })
-    const { acks } = await readMessage(frames, TransferResponse, { timeoutMs: READ_TIMEOUT_MS, signal: options.signal })
-    if (acks.length !== envelopes.length) throw new ProtocolError(`Expected ${envelopes.length} acks, got ${acks.length}`, 'invalid')
-    return acks
-  } catch (err) {
-    stream.abort(err instanceof Error ? err : new Error(String(err)))
-    throw err
-  }
+  const { acks } = await requestOnStream(stream, { transfers: envelopes }, TransferResponse,
+    { signal: options.signal, timeoutMs: READ_TIMEOUT_MS, maxRequestBytes: MAX_FRAME_BYTES, maxAnswerBytes: MAX_FRAME_BYTES })
+  if (acks.length !== envelopes.length) throw new ProtocolError(`Expected ${envelopes.length} acks, got ${acks.length}`, 'invalid')
+  return acks
 }
 
 export const TRANSFER_HANDLER_OPTIONS = { maxInboundStreams: MAX_INBOUND_STREAMS } as const

@@ -5,6 +5,7 @@ import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
+import { backoffDelayMs } from '../wire/index.ts'
 import { MAX_ADDR_CHARS, MAX_RECORD_ADDRS, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
 import { nodeIDToPeerId } from './peer-ids.ts'
 import { lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
@@ -24,7 +25,7 @@ export interface WanClientOptions {
   /** First re-list after (re)connecting, doubling up to `syncIntervalMs`: after a relay restart the others
    *  re-register within seconds, and we should not wait a full interval to see them. @default 1_000 */
   fastSyncMs?: number
-  /** Reconnect backoff, doubling from min to max, with jitter. @default 500 */
+  /** Reconnect backoff (the wire's `backoffDelayMs`), doubling from min to max, with jitter. @default 500 */
   minBackoffMs?: number
   /** @default 30_000 */
   maxBackoffMs?: number
@@ -157,17 +158,12 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       } catch (err) {
         if (signal.aborted) break
         failures++
-        const retryInMs = this.#backoffMs(failures)
+        const retryInMs = backoffDelayMs(failures, { minMs: this.#minBackoffMs, maxMs: this.#maxBackoffMs })
         this.#log.warn({ err, retryInMs, relay: this.#relayAddr.toString() }, 'relay unreachable or directory sync failed; retrying')
         if (this.#relayPeer != null && !this.#isConnectedTo(this.#relayPeer)) this.#relayGone(this.#relayPeer)
         await this.#sleep(retryInMs, signal)
       }
     }
-  }
-
-  #backoffMs (failures: number): number {
-    const capped = Math.min(this.#maxBackoffMs, this.#minBackoffMs * 2 ** Math.min(failures - 1, 30))
-    return Math.round(capped * (0.75 + Math.random() * 0.5))   // jitter: nodes that lost the relay together spread out
   }
 
   async #connectRelay (signal: AbortSignal): Promise<PeerId> {

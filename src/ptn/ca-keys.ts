@@ -1,7 +1,7 @@
 import { chmodSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { CorruptStateError } from '../errors.ts'
-import { identityFromSeed, type NodeIdentity } from '../identity/index.ts'
+import { HEX_32_BYTES, identityFromSeed, type NodeIdentity } from '../identity/index.ts'
 import { writeFileAtomic } from '../store/index.ts'
 import { CaKeyMismatchError } from './errors.ts'
 
@@ -29,7 +29,7 @@ export class CaKeyStore {
       throw err
     }
     const [version, hex] = text.trim().split('\n')
-    if (version !== CA_KEY_FILE_VERSION || hex == null || !/^[0-9a-f]{64}$/.test(hex)) {
+    if (version !== CA_KEY_FILE_VERSION || hex == null || !HEX_32_BYTES.test(hex)) {
       throw new CorruptStateError(`CA key file of PTN ${ptnID} is unreadable; import the key again with import-ca-key`)
     }
     const ca = identityFromSeed(new Uint8Array(Buffer.from(hex, 'hex')))
@@ -53,7 +53,7 @@ export class CaKeyStore {
 
   #path (ptnID: string): string {
     // ptnID is checked at every edge already; this keeps a path outside the directory impossible regardless.
-    if (!/^[0-9a-f]{64}$/.test(ptnID)) throw new Error(`Not a ptnID: ${ptnID.slice(0, 80)}`)
+    if (!HEX_32_BYTES.test(ptnID)) throw new Error(`Not a ptnID: ${ptnID.slice(0, 80)}`)
     return join(this.#dir, `${ptnID}.key`)
   }
 }

@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import type { NodeIdentity } from '../identity/index.ts'
+import { HEX_32_BYTES, type NodeIdentity } from '../identity/index.ts'
 import { InvalidCertificateError } from './errors.ts'
 import { openDocument, sealDocument } from './signed-document.ts'
 
@@ -7,7 +7,7 @@ export const PTN_ROLES = ['admin', 'provider', 'consumer'] as const
 export type PtnRole = typeof PTN_ROLES[number]
 
 /** Hex of an Ed25519 public key: a nodeID, or a ptnID (the PTN's CA public key). */
-export const HexKey = z.string().regex(/^[0-9a-f]{64}$/, 'expected 64 lowercase hex characters')
+export const HexKey = z.string().regex(HEX_32_BYTES, 'expected 64 lowercase hex characters')
 export const PtnName = z.string().min(1).max(128)
 const IsoTime = z.iso.datetime()
 

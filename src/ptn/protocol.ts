@@ -2,9 +2,8 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
 import { UnavailableError } from '../errors.ts'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from '../network/errors.ts'
-import { SignedEnvelope, openEnvelope, openFrames, readMessage, signEnvelope, writeMessage } from '../network/frames.ts'
+import { HEX_32_BYTES, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, requestPeer, serveRequest, signEnvelope, type PeerStreams } from '../wire/index.ts'
 import { HexKey, MAX_CERT_CHARS } from './certificates.ts'
 import { MAX_INVITE_CHARS } from './invites.ts'
 
@@ -20,7 +19,7 @@ export const PTN_TIMEOUT_MS = 10_000
 export const MAX_INBOUND_PTN_STREAMS = 4
 
 const CertData = z.string().min(1).max(MAX_CERT_CHARS)
-const CaKeyHex = z.string().regex(/^[0-9a-f]{64}$/)
+const CaKeyHex = z.string().regex(HEX_32_BYTES)
 
 export const PtnRequest = z.discriminatedUnion('type', [
   /** Redeem an invite made by the node asked; the answer is a certificate for the asking node. */
@@ -51,11 +50,9 @@ export const PtnReply = z.discriminatedUnion('type', [
 export type PtnReply = z.infer<typeof PtnReply>
 
 /** What the PTN service needs of the peer network (`PeerNetwork` has it). */
-export interface PtnPeers {
+export interface PtnPeers extends PeerStreams {
   /** Registers the PTN protocol; the handler gets the stream and the authenticated nodeID of the remote peer. */
   handle (protocol: string, handler: (stream: Stream, peer: { readonly nodeID: string }) => Promise<void>, options: { maxInboundStreams: number }): Promise<void>
-  /** Opens a stream to a peer (directly or through the relay). */
-  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
   /** Whether the network currently knows how to reach the peer. */
   isKnownPeer (nodeID: string): boolean
   /** The connected peers with the PTN certificates their latest capability records present. */
@@ -66,27 +63,19 @@ export interface PtnPeers {
  * Sends one request to `nodeID` and returns its signed answer. Any failure to reach the peer or to get a valid answer
  * from it in time is an `UnavailableError` (CONTRACT §2: peer unreachable is a 503); a refusal is an answer.
  */
-export async function askPeer (peers: PtnPeers, identity: NodeIdentity, nodeID: string, request: PtnRequest, options: { signal?: AbortSignal, timeoutMs?: number } = {}): Promise<PtnReply> {
-  const deadline = AbortSignal.timeout(options.timeoutMs ?? PTN_TIMEOUT_MS)
+export async function askPtnPeer (peers: PtnPeers, identity: NodeIdentity, nodeID: string, request: PtnRequest, options: { signal?: AbortSignal, timeoutMs?: number } = {}): Promise<PtnReply> {
+  const timeoutMs = options.timeoutMs ?? PTN_TIMEOUT_MS
+  const deadline = AbortSignal.timeout(timeoutMs)
   const signal = options.signal == null ? deadline : AbortSignal.any([deadline, options.signal])
-  let stream: Stream
   try {
-    stream = await peers.open(nodeID, PTN_PROTOCOL, { signal })
-  } catch (err) {
-    if (options.signal?.aborted === true) throw options.signal.reason
-    throw new UnavailableError(`Node ${nodeID} is not reachable: ${(err as Error).message}`, { cause: err })
-  }
-  try {
-    const frames = openFrames(stream, { maxFrameBytes: MAX_PTN_FRAME_BYTES })
-    await writeMessage(frames, signEnvelope(identity, request, { domain: PTN_PROTOCOL }), { signal })
-    await stream.close({ signal })   // half-close: the request is complete
-    const envelope = await readMessage(frames, SignedEnvelope, { timeoutMs: null, signal })
+    const envelope = await requestPeer(peers, nodeID, PTN_PROTOCOL, signEnvelope(identity, request, { domain: PTN_PROTOCOL }), SignedEnvelope,
+      { signal, openTimeoutMs: timeoutMs, timeoutMs: null, maxRequestBytes: MAX_PTN_FRAME_BYTES, maxAnswerBytes: MAX_PTN_FRAME_BYTES })
     return openEnvelope(envelope, PtnReply, { domain: PTN_PROTOCOL, expectedSigner: nodeID })
   } catch (err) {
-    stream.abort(err instanceof Error ? err : new Error(String(err)))
     if (options.signal?.aborted === true) throw options.signal.reason
+    if (err instanceof UnavailableError) throw err
     // Never the request in the message: a promote request holds the CA key.
-    const why = deadline.aborted ? `no answer within ${options.timeoutMs ?? PTN_TIMEOUT_MS} ms` : (err as Error).message
+    const why = deadline.aborted ? `no answer within ${timeoutMs} ms` : (err as Error).message
     throw new UnavailableError(`Node ${nodeID} did not answer the PTN request: ${why}`, { cause: err })
   }
 }
@@ -96,14 +85,13 @@ export async function askPeer (peers: PtnPeers, identity: NodeIdentity, nodeID: 
  * A broken or hostile request costs its sender the stream and is logged without its content.
  */
 export async function servePtnStream (stream: Stream, remoteNodeID: string, deps: { identity: NodeIdentity, log: Logger, answer: (request: PtnRequest, remoteNodeID: string) => PtnReply }): Promise<void> {
-  const frames = openFrames(stream, { maxFrameBytes: MAX_PTN_FRAME_BYTES })
   try {
-    const envelope = await readMessage(frames, SignedEnvelope, { timeoutMs: PTN_TIMEOUT_MS })
-    const request = openEnvelope(envelope, PtnRequest, { domain: PTN_PROTOCOL, expectedSigner: remoteNodeID })
-    const reply = deps.answer(request, remoteNodeID)
-    deps.log.info({ peer: remoteNodeID, type: request.type, ptnID: request.ptnID, answer: reply.type, reason: reply.type === 'refused' ? reply.reason : undefined }, 'PTN request answered')
-    await writeMessage(frames, signEnvelope(deps.identity, reply, { domain: PTN_PROTOCOL }))
-    await stream.close()
+    await serveRequest(stream, SignedEnvelope, (envelope) => {
+      const request = openEnvelope(envelope, PtnRequest, { domain: PTN_PROTOCOL, expectedSigner: remoteNodeID })
+      const reply = deps.answer(request, remoteNodeID)
+      deps.log.info({ peer: remoteNodeID, type: request.type, ptnID: request.ptnID, answer: reply.type, reason: reply.type === 'refused' ? reply.reason : undefined }, 'PTN request answered')
+      return signEnvelope(deps.identity, reply, { domain: PTN_PROTOCOL })
+    }, { maxRequestBytes: MAX_PTN_FRAME_BYTES, timeoutMs: PTN_TIMEOUT_MS })
   } catch (err) {
     const reason = err instanceof ProtocolError ? { code: err.code, message: err.message } : { err }
     deps.log.warn({ peer: remoteNodeID, ...reason }, 'PTN stream refused or failed')

@@ -7,7 +7,7 @@ import { CaKeyStore, caFromHex, caKeyHex } from './ca-keys.ts'
 import { DEFAULT_CERTIFICATE_TTL_MS, checkCertificate, issueCertificate, verifyCertificate, type PtnRole } from './certificates.ts'
 import { CaKeyMismatchError, InvalidCertificateError, InvalidInviteError } from './errors.ts'
 import { INVITE_TTL_MS, createInvite, verifyInvite } from './invites.ts'
-import { MAX_INBOUND_PTN_STREAMS, PTN_PROTOCOL, askPeer, servePtnStream, type PtnPeers, type PtnReply, type PtnRequest } from './protocol.ts'
+import { MAX_INBOUND_PTN_STREAMS, PTN_PROTOCOL, askPtnPeer, servePtnStream, type PtnPeers, type PtnReply, type PtnRequest } from './protocol.ts'
 
 /** Spec §3: `active` after create or join, `left` after leave, `recovered` after recover. */
 export type MembershipStatus = 'active' | 'left' | 'recovered'
@@ -522,7 +522,7 @@ export class PtnService {
   async #ask (nodeID: string, request: PtnRequest, options: { signal?: AbortSignal }): Promise<PtnReply> {
     if (this.#peers == null) throw new UnavailableError('The peer network is not running; enable WAN or LAN networking to reach other nodes')
     if (!this.#peers.isKnownPeer(nodeID)) throw new UnavailableError(`Node ${nodeID} is not reachable`)
-    return await askPeer(this.#peers, this.#identity, nodeID, request, { signal: options.signal, timeoutMs: this.#requestTimeoutMs })
+    return await askPtnPeer(this.#peers, this.#identity, nodeID, request, { signal: options.signal, timeoutMs: this.#requestTimeoutMs })
   }
 
   #caFromAdmin (keyHex: string, from: string, ptnID: string): NodeIdentity {

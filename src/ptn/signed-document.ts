@@ -1,21 +1,18 @@
 import { z } from 'zod'
-import { verifySignature, type NodeIdentity } from '../identity/index.ts'
-import { canonicalJson } from '../network/canonical-json.ts'
+import type { NodeIdentity } from '../identity/index.ts'
+import { signCanonical, verifyCanonical } from '../wire/index.ts'
 
 // The form certificates and invite codes share (CONTRACT §7): base64url of the JSON `{payload, signature}`, where
 // the signature is Ed25519 over the canonical JSON of `{domain, payload}`. The domain keeps a signature made for one
-// kind of document from ever verifying as the other, even though one CA key signs both.
+// kind of document from ever verifying as the other, even though one CA key signs both. The signature is the wire's
+// one primitive (Ed25519 over canonical JSON); only the text form is the CONTRACT's own.
 
 /** Base64url (no padding) of a 64-byte Ed25519 signature. */
 const Signature = z.string().regex(/^[A-Za-z0-9_-]{86}$/, 'expected a base64url Ed25519 signature')
 
-function signingInput (domain: string, payload: unknown): Uint8Array {
-  return new TextEncoder().encode(canonicalJson({ domain, payload }))
-}
-
 /** Signs `payload` and returns the document's text form. */
 export function sealDocument (payload: Record<string, unknown>, signer: NodeIdentity, domain: string): string {
-  const signature = Buffer.from(signer.sign(signingInput(domain, payload))).toString('base64url')
+  const signature = Buffer.from(signCanonical(signer, { domain, payload })).toString('base64url')
   return Buffer.from(JSON.stringify({ payload, signature })).toString('base64url')
 }
 
@@ -42,7 +39,6 @@ export function openDocument<S extends z.ZodType<Record<string, unknown>>> (text
   const parsed = z.strictObject({ payload: schema, signature: Signature }).safeParse(json)
   if (!parsed.success) return null
   const { payload, signature } = parsed.data as { payload: z.output<S>, signature: string }
-  const input = signingInput(options.domain, payload)
   const signatureBytes = Buffer.from(signature, 'base64url')
-  return { payload, signedBy: (publicKeyHex) => verifySignature(publicKeyHex, input, signatureBytes) }
+  return { payload, signedBy: (publicKeyHex) => verifyCanonical(publicKeyHex, { domain: options.domain, payload }, signatureBytes) }
 }

@@ -3,6 +3,7 @@ import { EventEmitter } from 'node:events'
 import type { StatementSync } from 'node:sqlite'
 import { InsufficientCreditsError } from '../errors.ts'
 import { inTransaction, type Database } from '../store/index.ts'
+import { canonicalJson } from '../wire/index.ts'
 
 /** CONTRACT §6: a new node starts with 100 credits. */
 export const GRANT_MICRO = 100_000_000
@@ -232,10 +233,7 @@ export class Ledger {
 
 /** Two envelopes of one transfer id are the same transfer when their signed bodies are equal. */
 function sameTransfer (a: string, b: string): boolean {
-  const bodyOf = (json: string): string => {
-    const body = (JSON.parse(json) as { body: Record<string, unknown> }).body
-    return JSON.stringify(body, Object.keys(body).sort()) // a transfer body is flat: sorting its keys makes it canonical
-  }
+  const bodyOf = (json: string): string => canonicalJson((JSON.parse(json) as { body: unknown }).body)
   return bodyOf(a) === bodyOf(b)
 }
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
-import type { SignedEnvelope } from '../network/index.ts'
 import type { TransferAck } from '../network/index.ts'
+import { backoffDelayMs, type SignedEnvelope } from '../wire/index.ts'
 import type { Ledger, OutgoingTransfer } from './ledger.ts'
 
 /** Sends one batch of signed transfers to a peer and returns its acks in order; throws when it was not acknowledged. */
@@ -112,7 +112,7 @@ export class TransferOutbox {
     } catch (err) {
       if (signal.aborted) return false // stopping: the batch stays pending as it is
       const attempts = Math.max(...batch.map((t) => t.attempts))
-      this.#ledger.deferTransfers(batch.map((t) => t.id), Date.now() + this.#retryDelay(attempts), errorText(err))
+      this.#ledger.deferTransfers(batch.map((t) => t.id), Date.now() + backoffDelayMs(attempts + 1, { minMs: this.#minRetryMs, maxMs: this.#maxRetryMs }), errorText(err))
       this.#log.debug({ err, peerID, transfers: batch.length, attempts: attempts + 1 }, 'transfer delivery failed; will retry')
       return false
     }
@@ -133,10 +133,6 @@ export class TransferOutbox {
     return allAcknowledged
   }
 
-  #retryDelay (attempts: number): number {
-    const base = Math.min(this.#maxRetryMs, this.#minRetryMs * 2 ** Math.min(attempts, 30))
-    return Math.round(base * (0.5 + Math.random() * 0.5))
-  }
 }
 
 function errorText (err: unknown): string {

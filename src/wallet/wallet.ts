@@ -2,16 +2,16 @@ import { randomUUID } from 'node:crypto'
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { InsufficientCreditsError, InvalidInputError, NotFoundError } from '../errors.ts'
-import type { NodeIdentity } from '../identity/index.ts'
+import { parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
 import {
-  MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, ProtocolError, TRANSFER_HANDLER_OPTIONS, TRANSFER_PROTOCOL,
-  createTransferHandler, deliverTransfers, signTransfer, type SignedEnvelope, type Transfer
+  MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, TRANSFER_HANDLER_OPTIONS, TRANSFER_PROTOCOL,
+  createTransferHandler, deliverTransfers, signTransfer, type Transfer
 } from '../network/index.ts'
+import { ProtocolError, type SignedEnvelope } from '../wire/index.ts'
 import { formatCredits, type Ledger, type WalletTotals, type WalletTransaction } from './ledger.ts'
 import { TransferOutbox, type TransferOutboxOptions } from './outbox.ts'
 import { inferenceCostMicro } from './pricing.ts'
 
-const NODE_ID = /^[0-9a-f]{64}$/
 /** Deadline for reaching a payee and opening the transfer stream; the outbox retries after it. */
 const OPEN_TIMEOUT_MS = 15_000
 /** Tokens a paid request without `max_tokens` is assumed to need, for the credits held before it goes out. */
@@ -159,8 +159,7 @@ export class Wallet {
       throw new InvalidInputError(`amount must be more than 0 and at most ${formatCredits(MAX_TRANSFER_MICRO)} credits`, 'amount')
     }
     if (memo.length > MAX_TRANSFER_MEMO_CHARS) throw new InvalidInputError(`memo must be at most ${MAX_TRANSFER_MEMO_CHARS} characters`, 'memo')
-    this.#assertPayee(peerID)
-    const transfer = this.#transfer(peerID, amountMicro, memo)
+    const transfer = this.#transfer(this.#payee(peerID), amountMicro, memo)
     const { balanceMicro } = this.#ledger.send(transfer, { heldMicro: this.#heldMicro })
     this.#outbox.kick(peerID)
     return { transactionID: transfer.id, amountMicro, peerID, balanceMicro }
@@ -225,21 +224,21 @@ export class Wallet {
     const amountMicro = options.upToBalance ? Math.min(agreed, this.availableMicro()) : agreed
     if (amountMicro === 0) return null
     if (payment.peerID === this.#identity.nodeID) throw new InvalidInputError('A node does not pay itself', 'peerID')
-    if (!NODE_ID.test(payment.peerID)) throw new InvalidInputError(`Invalid peerID ${JSON.stringify(payment.peerID)}`, 'peerID')
-    const transfer = this.#transfer(payment.peerID, Math.min(amountMicro, MAX_TRANSFER_MICRO), `inference: ${payment.modelID}`.slice(0, MAX_TRANSFER_MEMO_CHARS))
+    const transfer = this.#transfer(parseNodeID(payment.peerID, 'peerID'), Math.min(amountMicro, MAX_TRANSFER_MICRO), `inference: ${payment.modelID}`.slice(0, MAX_TRANSFER_MEMO_CHARS))
     const { transaction } = this.#ledger.send(transfer, { heldMicro: this.#heldMicro })
     this.#outbox.kick(payment.peerID)
     if (amountMicro < full) this.#log.warn({ peerID: payment.peerID, owedMicro: full, paidMicro: amountMicro }, 'paid less than the tokens generated cost: more than was asked for, or more than the balance holds')
     return transaction
   }
 
-  #assertPayee (peerID: string): void {
-    if (!NODE_ID.test(peerID)) throw new InvalidInputError(`Invalid peerID ${JSON.stringify(peerID)}: expected a nodeID (64 hex characters)`, 'peerID')
+  #payee (peerID: string): NodeID {
+    const payee = parseNodeID(peerID, 'peerID')
     if (peerID === this.#identity.nodeID) throw new InvalidInputError('Cannot send credits to this node itself', 'peerID')
     if (!this.#network.isKnownPeer(peerID)) throw new NotFoundError(`Peer not found: ${peerID}`)
+    return payee
   }
 
-  #transfer (peerID: string, amountMicro: number, memo: string): { id: string, peerID: string, amountMicro: number, memo: string, createdAt: string, envelope: string } {
+  #transfer (peerID: NodeID, amountMicro: number, memo: string): { id: string, peerID: string, amountMicro: number, memo: string, createdAt: string, envelope: string } {
     const body: Transfer = { id: randomUUID(), from: this.#identity.nodeID, to: peerID, amountMicro, memo, createdAt: new Date().toISOString() }
     return { id: body.id, peerID, amountMicro, memo, createdAt: body.createdAt, envelope: JSON.stringify(signTransfer(this.#identity, body)) }
   }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
-import { canonicalJson } from '../../src/network/canonical-json.ts'
+import { canonicalJson } from '../../src/wire/index.ts'
 import { caFromHex, caKeyHex } from '../../src/ptn/ca-keys.ts'
 import {
   CERTIFICATE_DOMAIN, InvalidCertificateError, InvalidInviteError, checkCertificate, createInvite, issueCertificate,

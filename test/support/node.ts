@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { spawn, type ChildProcess } from 'node:child_process'
 import type { TestContext } from 'node:test'
 import { defaultConfig, type NodeConfig } from '../../src/config.ts'
+import type { NodeID } from '../../src/identity/index.ts'
 import { startNode, type RunningNode } from '../../src/node.ts'
 
 export interface ApiResponse<T = any> { // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -61,7 +62,7 @@ export interface TestNode {
   api: Api
   dataDir: string
   config: NodeConfig
-  nodeID: string
+  nodeID: NodeID
   /** Closes the node and starts it again on the same data dir. */
   restart (): Promise<TestNode>
 }

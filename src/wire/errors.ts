@@ -21,3 +21,11 @@ export class ProtocolError extends Error {
     this.code = code
   }
 }
+
+// Codes that only a broken or hostile peer causes; a timeout or a cut stream can be the network's.
+const HOSTILE_CODES: ReadonlySet<ProtocolErrorCode> = new Set<ProtocolErrorCode>(['too_large', 'malformed', 'invalid', 'bad_signature', 'wrong_signer'])
+
+/** Whether `err` says the peer sent a malformed, oversized or forged message: what costs it its connection and a ban. */
+export function isHostile (err: unknown): err is ProtocolError {
+  return err instanceof ProtocolError && HOSTILE_CODES.has(err.code)
+}

@@ -3,9 +3,7 @@ import type { Stream } from '@libp2p/interface'
 // with `sink`/`source`. it-length-prefixed-stream 3.x still calls `duplex.sink()` and fails on them, so we use the
 // v3-native lpStream of @libp2p/utils, which libp2p's own protocols (identify, relay) use.
 import { lpStream, type LengthPrefixedStream } from '@libp2p/utils'
-import { z } from 'zod'
-import { verifySignature, type NodeIdentity } from '../identity/index.ts'
-import { canonicalJson } from './canonical-json.ts'
+import type { z } from 'zod'
 import { ProtocolError } from './errors.ts'
 
 /** Default largest frame: a long prompt fits, a memory attack does not. Protocols pick their own. */
@@ -15,9 +13,6 @@ export const DEFAULT_READ_TIMEOUT_MS = 10_000
 // @libp2p/utils buffers what the peer sends until we read it and aborts the stream past this size (its default is
 // 4 MiB); it must hold at least one whole frame, plus what a fast sender pushes while we handle the previous one.
 const MIN_READ_BUFFER_BYTES = 4 * 1024 * 1024
-
-/** Hex of a 32-byte Ed25519 public key (CONTRACT §6). */
-export const NodeID = z.string().regex(/^[0-9a-f]{64}$/, 'expected a nodeID: 64 lowercase hex characters')
 
 /** One stream, framed: every message is a varint length prefix and that many bytes of UTF-8 JSON. */
 export interface FrameStream {
@@ -99,67 +94,13 @@ function fromFramingError (err: unknown, maxFrameBytes: number): unknown {
   return err
 }
 
-function parseWith<S extends z.ZodType> (schema: S, value: unknown, what: string): z.output<S> {
+/** `schema`'s output for `value`, or ProtocolError `invalid` naming the first issue. */
+export function parseWith<S extends z.ZodType> (schema: S, value: unknown, what: string): z.output<S> {
   const result = schema.safeParse(value)
   if (result.success) return result.data
   const issue = result.error.issues[0]
   const where = issue == null || issue.path.length === 0 ? '' : ` at ${issue.path.join('.')}`
   throw new ProtocolError(`${what} does not match its schema${where}: ${issue?.message ?? 'invalid'}`, 'invalid', { cause: result.error })
-}
-
-/** A body signed by a node key. The signature covers `canonicalJson({ body, domain })`, never the frame's bytes. */
-export interface SignedEnvelope<T = unknown> {
-  body: T
-  /** nodeID of the signing key. */
-  signer: string
-  /** Base64 Ed25519 signature. */
-  signature: string
-}
-
-export const SignedEnvelope = z.object({
-  body: z.unknown(),
-  signer: NodeID,
-  signature: z.string().regex(/^[A-Za-z0-9+/]{86}==$/, 'expected a base64 Ed25519 signature')
-})
-
-export interface EnvelopeOptions {
-  /**
-   * What the signature is for, normally the protocol id. It is signed with the body, so a signature made for one
-   * protocol can never be replayed as a message of another whose body happens to have the same shape.
-   */
-  domain: string
-}
-
-function signingInput (body: unknown, domain: string): Uint8Array {
-  return new TextEncoder().encode(canonicalJson({ body, domain }))
-}
-
-export function signEnvelope<T> (identity: NodeIdentity, body: T, options: EnvelopeOptions): SignedEnvelope<T> {
-  return {
-    body,
-    signer: identity.nodeID,
-    signature: Buffer.from(identity.sign(signingInput(body, options.domain))).toString('base64')
-  }
-}
-
-export interface OpenEnvelopeOptions extends EnvelopeOptions {
-  /** The nodeID that must have signed, e.g. the connection's remote peer; any valid signer if omitted. */
-  expectedSigner?: string
-}
-
-/**
- * Checks an envelope's shape, its signer, its signature, then its body against `schema`, in that order, and returns
- * the body. Throws `ProtocolError` (`invalid`, `wrong_signer`, `bad_signature`) otherwise.
- */
-export function openEnvelope<S extends z.ZodType> (envelope: unknown, schema: S, options: OpenEnvelopeOptions): z.output<S> {
-  const { body, signer, signature } = parseWith(SignedEnvelope, envelope, 'Envelope')
-  if (options.expectedSigner != null && signer !== options.expectedSigner) {
-    throw new ProtocolError(`Envelope signed by ${signer}, expected ${options.expectedSigner}`, 'wrong_signer')
-  }
-  if (!verifySignature(signer, signingInput(body, options.domain), Buffer.from(signature, 'base64'))) {
-    throw new ProtocolError(`Envelope signature by ${signer} does not verify`, 'bad_signature')
-  }
-  return parseWith(schema, body, 'Envelope body')
 }
 
 /**
