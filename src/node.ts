@@ -22,7 +22,7 @@ import { openDatabase, writeFileAtomic, type Database } from './store/index.ts'
 import { availableParallelism } from 'node:os'
 import { detectHardware } from './system/hardware.ts'
 import { KeepAwake } from './system/keep-awake.ts'
-import { Ledger, SolanaWallet, Wallet, pricePer1kTokensMicro } from './wallet/index.ts'
+import { Ledger, SolanaWallet, Wallet, microToCredits, pricePer1kTokensMicro } from './wallet/index.ts'
 
 const DATABASE_FILE = 'meshnode.db'
 /** How often `lastUsed` of API keys and models is written: often enough to be useful, never per request. */
@@ -122,8 +122,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const ledger = new Ledger({ db })
     const wallet = new Wallet({ ledger, identity, network, log: log.child({ part: 'wallet' }) })
     cleanups.unshift(() => wallet.stop())
-    network.on('peer:online', (peer) => { wallet.peerConnected(peer.nodeID) })
-    network.on('peer:updated', (peer) => { wallet.peerConnected(peer.nodeID) })
+    // Issue 11: a transfer goes out again when its payee comes online and at its own backoff; never on a record update.
+    network.on('peer:online', (peer) => { wallet.peerOnline(peer.nodeID) })
     const solana = new SolanaWallet({ identity, rpcUrl: () => settings.get().solana_rpc_url, log: log.child({ part: 'solana' }) })
     // Issue 4: requests for a model this node has not loaded go to the best peer that serves it; peers' requests
     // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
@@ -190,7 +190,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         model: models.loadedModel(),
         models: models.list(),
         peers: network.counts(),
-        wallet: { currentBalance: ledger.balanceMicro() / 1_000_000 },
+        wallet: { currentBalance: microToCredits(ledger.balanceMicro()) },
         ptn: { memberships: ptn.countInEffect() },
         settings: settings.redacted()
       })

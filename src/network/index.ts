@@ -14,13 +14,8 @@ export { CAPABILITIES_PROTOCOL } from './capabilities.ts'
 export { PeerRouter } from './router.ts'
 export { DemandDrivenModels } from './demand-driven-models.ts'
 export type { DemandDrivenModelsDeps, DemandDrivenModelsOptions, DemandDecision } from './demand-driven-models.ts'
-export type { PeerRouterDeps, PeerRouterOptions, RouterNetwork, InferenceBilling, InferenceCharge } from './router.ts'
+export type { PeerRouterDeps, PeerRouterOptions, RouterNetwork, InferenceBilling } from './router.ts'
 export { InferService, INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, RemoteInferenceError } from './infer.ts'
 export type { InferServiceDeps } from './infer.ts'
 export type { CapabilityRecord } from './capabilities.ts'
-export {
-  TRANSFER_PROTOCOL, TRANSFER_DOMAIN, TRANSFER_HANDLER_OPTIONS, MAX_TRANSFER_MICRO, MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFERS_PER_FRAME,
-  Transfer, signTransfer, openTransfer, createTransferHandler, deliverTransfers
-} from './transfer.ts'
-export type { TransferAck, TransferHandlerDeps } from './transfer.ts'
 

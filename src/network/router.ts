@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { ChatRouter, ChatUsage, InferenceEvent, LocalRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
+import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
+import type { InferenceCharge, InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
 import { RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
 import type { PeerInfo } from './peer-network.ts'
@@ -12,18 +13,12 @@ export interface RouterNetwork extends PeerStreams {
   recordDemand (modelID: string): void
 }
 
-/** A paid request's credits: held before it goes to a peer, settled with the tokens it generated, or released. */
-export interface InferenceCharge {
-  settle (usage: ChatUsage): void
-  release (): void
-}
-
 /**
- * Pays peers for what they generate (the wallet supplies it). `open` is called before the request goes out and may
- * throw (InsufficientCreditsError: the request fails with 402 before any peer works on it).
+ * Pays peers for what they generate (the wallet's `openInferenceCharge`). `open` is called before the request goes
+ * out and may throw (InsufficientCreditsError: the request fails with 402 before any peer works on it).
  */
 export interface InferenceBilling {
-  open (request: { peerID: string, modelID: string, pricePer1kTokensMicro: number, maxTokens: number | null }): InferenceCharge
+  open (request: InferenceChargeRequest): InferenceCharge
 }
 
 export interface PeerRouterDeps {

@@ -155,5 +155,28 @@ export const MIGRATIONS: readonly string[] = [
   `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'inference'));`,
   // pinned downloads (issue 14): the hub commit a download fetches, so a resume after a restart asks for the same
   // bytes even when the branch has moved on. Null: not pinned yet (the next request pins it).
-  `ALTER TABLE models ADD COLUMN revision TEXT CHECK (revision IS NULL OR length(revision) = 40);`
+  `ALTER TABLE models ADD COLUMN revision TEXT CHECK (revision IS NULL OR length(revision) = 40);`,
+  // transfers as fields (issue 11): a transfer is kept as its checked fields and its signature, not as the JSON text of its envelope,
+  // which was re-read without validation. The envelope is rebuilt from them and checked again before it goes out.
+  `CREATE TABLE wallet_transfers_v6 (
+     id TEXT PRIMARY KEY,
+     direction TEXT NOT NULL CHECK (direction IN ('outgoing', 'incoming')),
+     peer_id TEXT NOT NULL CHECK (length(peer_id) = 64),
+     amount_micro INTEGER NOT NULL CHECK (amount_micro > 0),
+     memo TEXT NOT NULL CHECK (length(memo) <= 256),
+     created_at TEXT NOT NULL,
+     signature TEXT NOT NULL CHECK (length(signature) = 88),
+     state TEXT NOT NULL CHECK (state IN ('pending', 'acknowledged', 'received')),
+     attempts INTEGER NOT NULL DEFAULT 0,
+     next_attempt_ms INTEGER NOT NULL DEFAULT 0,
+     last_error TEXT,
+     settled_at TEXT
+   );
+   INSERT INTO wallet_transfers_v6 (id, direction, peer_id, amount_micro, memo, created_at, signature, state, attempts, next_attempt_ms, last_error, settled_at)
+     SELECT id, direction, peer_id, amount_micro, json_extract(envelope, '$.body.memo'), json_extract(envelope, '$.body.createdAt'),
+       json_extract(envelope, '$.signature'), state, attempts, next_attempt_ms, last_error, settled_at
+     FROM wallet_transfers;
+   DROP TABLE wallet_transfers;
+   ALTER TABLE wallet_transfers_v6 RENAME TO wallet_transfers;
+   CREATE INDEX wallet_transfers_pending ON wallet_transfers (next_attempt_ms) WHERE state = 'pending';`
 ]

@@ -3,11 +3,10 @@ import { EventEmitter } from 'node:events'
 import type { StatementSync } from 'node:sqlite'
 import { InsufficientCreditsError } from '../errors.ts'
 import { inTransaction, type Database } from '../store/index.ts'
-import { canonicalJson } from '../wire/index.ts'
+import { formatCredits } from './credits.ts'
 
 /** CONTRACT §6: a new node starts with 100 credits. */
 export const GRANT_MICRO = 100_000_000
-export const MICRO_PER_CREDIT = 1_000_000
 /** The CHECK constraint's ceiling: above 2^53 a JSON number (and node:sqlite's number) is no longer exact. */
 const MAX_BALANCE_MICRO = Number.MAX_SAFE_INTEGER
 
@@ -32,24 +31,23 @@ export interface WalletTotals {
   pendingTransfers: number
 }
 
-/** An outgoing transfer as the outbox delivers it. `envelope` is the signed transfer exactly as first signed. */
-export interface OutgoingTransfer {
-  id: string
-  peerID: string
-  amountMicro: number
-  envelope: string
-  attempts: number
-}
-
-/** A transfer debited or credited by the ledger, as the caller hands it in (already signed, for outgoing ones). */
+/**
+ * A transfer debited or credited by the ledger, as the caller hands it in: the fields it signed (checked before they
+ * get here) and its signature, from which the envelope is rebuilt to be delivered again. `peerID` is the payee of an
+ * outgoing transfer and the payer of an incoming one.
+ */
 export interface TransferRecord {
   id: string
   peerID: string
   amountMicro: number
   memo: string
   createdAt: string
-  /** JSON of the signed envelope: redelivered as is, and compared on a repeated id. */
-  envelope: string
+  signature: string
+}
+
+/** An outgoing transfer as the outbox delivers it. */
+export interface OutgoingTransfer extends TransferRecord {
+  attempts: number
 }
 
 /** What the ledger tells listeners once a transaction is committed (the dashboard's live balance). */
@@ -99,9 +97,9 @@ export class Ledger {
     this.#debit = db.prepare('UPDATE wallet_balance SET balance_micro = balance_micro - ? WHERE id = 1 AND balance_micro - ? >= ?')
     this.#credit = db.prepare('UPDATE wallet_balance SET balance_micro = balance_micro + ? WHERE id = 1 AND balance_micro + ? <= ?')
     this.#insertTransaction = db.prepare('INSERT INTO wallet_transactions (id, type, amount_micro, peer_id, memo, timestamp) VALUES (?, ?, ?, ?, ?, ?)')
-    this.#insertTransfer = db.prepare(`INSERT INTO wallet_transfers (id, direction, peer_id, amount_micro, envelope, state, settled_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?)`)
-    this.#findTransfer = db.prepare('SELECT direction, peer_id, envelope FROM wallet_transfers WHERE id = ?')
+    this.#insertTransfer = db.prepare(`INSERT INTO wallet_transfers (id, direction, peer_id, amount_micro, memo, created_at, signature, state, settled_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+    this.#findTransfer = db.prepare('SELECT direction, peer_id, amount_micro, memo, created_at FROM wallet_transfers WHERE id = ?')
     this.#findGrant = db.prepare("SELECT 1 FROM wallet_transactions WHERE type = 'grant'")
     this.#totals = db.prepare(`SELECT
         COALESCE(SUM(CASE WHEN type = 'earn' THEN amount_micro END), 0) AS earned,
@@ -110,7 +108,7 @@ export class Ledger {
       FROM wallet_transactions`)
     this.#pendingCount = db.prepare("SELECT COUNT(*) AS count FROM wallet_transfers WHERE state = 'pending'")
     this.#list = db.prepare('SELECT id, type, amount_micro, peer_id, memo, timestamp FROM wallet_transactions ORDER BY seq DESC LIMIT ? OFFSET ?')
-    this.#due = db.prepare(`SELECT id, peer_id, amount_micro, envelope, attempts FROM wallet_transfers
+    this.#due = db.prepare(`SELECT id, peer_id, amount_micro, memo, created_at, signature, attempts FROM wallet_transfers
       WHERE state = 'pending' AND next_attempt_ms <= ? AND (? IS NULL OR peer_id = ?) ORDER BY next_attempt_ms, rowid LIMIT ?`)
     this.#nextAttempt = db.prepare("SELECT MIN(next_attempt_ms) AS next FROM wallet_transfers WHERE state = 'pending'")
     this.#acknowledge = db.prepare("UPDATE wallet_transfers SET state = 'acknowledged', settled_at = ?, last_error = NULL WHERE id = ? AND state = 'pending'")
@@ -154,7 +152,7 @@ export class Ledger {
         throw new InsufficientCreditsError(`Insufficient credits: need ${formatCredits(transfer.amountMicro)}, have ${formatCredits(Math.max(0, balance - held))}` +
           (held > 0 ? ` available (${formatCredits(held)} held for requests in flight)` : ''))
       }
-      this.#insertTransfer.run(transfer.id, 'outgoing', transfer.peerID, transfer.amountMicro, transfer.envelope, 'pending', null)
+      this.#insertTransfer.run(transfer.id, 'outgoing', transfer.peerID, transfer.amountMicro, transfer.memo, transfer.createdAt, transfer.signature, 'pending', null)
       const transaction = this.#append(transfer.id, 'spend', transfer.amountMicro, transfer.peerID, transfer.memo, transfer.createdAt)
       return { balanceMicro: this.balanceMicro(), transaction }
     })
@@ -169,13 +167,16 @@ export class Ledger {
    */
   receive (transfer: TransferRecord): ReceiveResult {
     const { result, transaction } = inTransaction(this.#db, (): { result: ReceiveResult, transaction?: WalletTransaction } => {
-      const seen = this.#findTransfer.get(transfer.id) as { direction: string, peer_id: string, envelope: string } | undefined
+      const seen = this.#findTransfer.get(transfer.id) as { direction: string, peer_id: string, amount_micro: number, memo: string, created_at: string } | undefined
       if (seen != null) {
-        return { result: seen.direction === 'incoming' && seen.peer_id === transfer.peerID && sameTransfer(seen.envelope, transfer.envelope) ? 'duplicate' : 'conflict' }
+        // The same signed body (its `to` is always this node) is a retry or a replay; anything else reuses the id.
+        const same = seen.direction === 'incoming' && seen.peer_id === transfer.peerID && seen.amount_micro === transfer.amountMicro &&
+          seen.memo === transfer.memo && seen.created_at === transfer.createdAt
+        return { result: same ? 'duplicate' : 'conflict' }
       }
       if (this.#credit.run(transfer.amountMicro, transfer.amountMicro, MAX_BALANCE_MICRO).changes === 0) return { result: 'over_limit' }
       const now = new Date().toISOString()
-      this.#insertTransfer.run(transfer.id, 'incoming', transfer.peerID, transfer.amountMicro, transfer.envelope, 'received', now)
+      this.#insertTransfer.run(transfer.id, 'incoming', transfer.peerID, transfer.amountMicro, transfer.memo, transfer.createdAt, transfer.signature, 'received', now)
       return { result: 'applied', transaction: this.#append(transfer.id, 'earn', transfer.amountMicro, transfer.peerID, transfer.memo, now) }
     })
     if (transaction != null) this.events.emit('transaction', transaction, this.balanceMicro())
@@ -185,8 +186,8 @@ export class Ledger {
   /** Outgoing transfers due for (re)delivery at `nowMs`, oldest first; of one peer when `peerID` is given. */
   dueTransfers (nowMs: number, options: { peerID?: string, limit: number }): OutgoingTransfer[] {
     const peer = options.peerID ?? null
-    const rows = this.#due.all(nowMs, peer, peer, options.limit) as Array<{ id: string, peer_id: string, amount_micro: number, envelope: string, attempts: number }>
-    return rows.map((row) => ({ id: row.id, peerID: row.peer_id, amountMicro: row.amount_micro, envelope: row.envelope, attempts: row.attempts }))
+    const rows = this.#due.all(nowMs, peer, peer, options.limit) as Array<{ id: string, peer_id: string, amount_micro: number, memo: string, created_at: string, signature: string, attempts: number }>
+    return rows.map((row) => ({ id: row.id, peerID: row.peer_id, amountMicro: row.amount_micro, memo: row.memo, createdAt: row.created_at, signature: row.signature, attempts: row.attempts }))
   }
 
   /** Peers with outgoing transfers due at `nowMs`. */
@@ -229,14 +230,4 @@ export class Ledger {
     this.#insertTransaction.run(id, type, amountMicro, peerID, memo, timestamp)
     return { id, type, amountMicro, peerID, memo, timestamp }
   }
-}
-
-/** Two envelopes of one transfer id are the same transfer when their signed bodies are equal. */
-function sameTransfer (a: string, b: string): boolean {
-  const bodyOf = (json: string): string => canonicalJson((JSON.parse(json) as { body: unknown }).body)
-  return bodyOf(a) === bodyOf(b)
-}
-
-export function formatCredits (micro: number): string {
-  return (micro / MICRO_PER_CREDIT).toFixed(6).replace(/\.?0+$/, '')
 }

@@ -1,14 +1,17 @@
 import type { Logger } from 'pino'
-import type { TransferAck } from '../network/index.ts'
+import type { NodeID } from '../identity/index.ts'
 import { backoffDelayMs, type SignedEnvelope } from '../wire/index.ts'
 import type { Ledger, OutgoingTransfer } from './ledger.ts'
+import { storedEnvelope, type Transfer, type TransferAck } from './transfer-protocol.ts'
 
 /** Sends one batch of signed transfers to a peer and returns its acks in order; throws when it was not acknowledged. */
-export type DeliverTransfers = (peerID: string, envelopes: SignedEnvelope[], options: { signal: AbortSignal }) => Promise<TransferAck[]>
+export type DeliverTransfers = (peerID: string, envelopes: Array<SignedEnvelope<Transfer>>, options: { signal: AbortSignal }) => Promise<TransferAck[]>
 
 export interface TransferOutboxDeps {
   ledger: Ledger
   deliver: DeliverTransfers
+  /** This node: the payer of every outgoing transfer. */
+  nodeID: NodeID
   log: Logger
 }
 
@@ -26,22 +29,32 @@ export interface TransferOutboxOptions {
  * the ledger, so a transfer debited before a crash is delivered after it. There are no refunds: a transfer whose
  * fate is unknown (the payee may have applied it) is sent again, never credited back, so it can never be both
  * kept by the payee and refunded to us. One delivery runs per peer at a time; each peer's backlog goes in batches.
+ *
+ * A transfer is sent again at its own backoff, or at once when its payee comes back online (`peerOnline`), and at no
+ * other time: a peer's record changing says nothing about whether it will accept what it refused. A failure of the
+ * outbox itself (the database refusing a write: a full disk) is logged and retried with backoff; it never ends the
+ * process, and what it could not write stays pending.
  */
 export class TransferOutbox {
   readonly #ledger: Ledger
   readonly #deliver: DeliverTransfers
+  readonly #nodeID: NodeID
   readonly #log: Logger
   readonly #minRetryMs: number
   readonly #maxRetryMs: number
   readonly #batchSize: number
   readonly #workers = new Map<string, Promise<void>>()
   readonly #again = new Set<string>()
+  /** Consecutive failures of the outbox itself, per peer (null key: the scheduler), for its retry backoff. */
+  readonly #faults = new Map<string | null, number>()
+  readonly #retries = new Set<NodeJS.Timeout>()
   #timer: NodeJS.Timeout | null = null
   #shutdown: AbortController | null = null
 
   constructor (deps: TransferOutboxDeps, options: TransferOutboxOptions = {}) {
     this.#ledger = deps.ledger
     this.#deliver = deps.deliver
+    this.#nodeID = deps.nodeID
     this.#log = deps.log
     this.#minRetryMs = options.minRetryMs ?? 500
     this.#maxRetryMs = options.maxRetryMs ?? 30_000
@@ -55,15 +68,18 @@ export class TransferOutbox {
     this.#wake()
   }
 
-  /** Delivers `peerID`'s pending transfers now (after a send, or when the peer reconnects), ignoring their backoff. */
-  kick (peerID: string, options: { ignoreBackoff?: boolean } = {}): void {
-    if (this.#shutdown == null || this.#shutdown.signal.aborted) return
-    if (options.ignoreBackoff === true) this.#ledger.retryNow(peerID)
+  /** Delivers `peerID`'s pending transfers that are due (a new one is due at once). */
+  kick (peerID: string): void {
+    if (!this.#running) return
     if (this.#workers.has(peerID)) {
       this.#again.add(peerID) // the running worker looks again when it is done, so nothing queued now waits a backoff
       return
     }
-    const worker = this.#drain(peerID).finally(() => {
+    const worker = this.#drain(peerID).then(() => {
+      this.#faults.delete(peerID)
+    }, (err: unknown) => {
+      this.#retryAfterFault(peerID, err)
+    }).finally(() => {
       this.#workers.delete(peerID)
       if (this.#again.delete(peerID)) this.kick(peerID)
       else this.#schedule()
@@ -71,28 +87,77 @@ export class TransferOutbox {
     this.#workers.set(peerID, worker)
   }
 
+  /** `peerID` is back online: what we owe it goes out now, without waiting out the backoff of its failed attempts. */
+  peerOnline (peerID: string): void {
+    if (!this.#running) return
+    try {
+      this.#ledger.retryNow(peerID)
+    } catch (err) {
+      this.#retryAfterFault(peerID, err)
+      return
+    }
+    this.kick(peerID)
+  }
+
   /** Stops delivering; transfers in flight stay pending and go out again after the next start. */
   async stop (): Promise<void> {
     this.#shutdown?.abort(new Error('the node is stopping'))
     if (this.#timer != null) clearTimeout(this.#timer)
     this.#timer = null
+    for (const retry of this.#retries) clearTimeout(retry)
+    this.#retries.clear()
     await Promise.allSettled([...this.#workers.values()])
   }
 
+  get #running (): boolean {
+    return this.#shutdown != null && !this.#shutdown.signal.aborted
+  }
+
   #wake (): void {
-    for (const peerID of this.#ledger.duePeers(Date.now())) this.kick(peerID)
+    try {
+      for (const peerID of this.#ledger.duePeers(Date.now())) this.kick(peerID)
+    } catch (err) {
+      this.#retryAfterFault(null, err)
+      return
+    }
     this.#schedule()
   }
 
   /** One timer, for the earliest pending retry of any peer. */
   #schedule (): void {
-    if (this.#shutdown == null || this.#shutdown.signal.aborted) return
+    if (!this.#running) return
     if (this.#timer != null) clearTimeout(this.#timer)
     this.#timer = null
-    const next = this.#ledger.nextAttemptMs()
+    let next: number | null
+    try {
+      next = this.#ledger.nextAttemptMs()
+    } catch (err) {
+      this.#retryAfterFault(null, err)
+      return
+    }
+    this.#faults.delete(null)
     if (next == null) return
     this.#timer = setTimeout(() => { this.#timer = null; this.#wake() }, Math.max(10, next - Date.now()))
     this.#timer.unref()
+  }
+
+  /**
+   * The outbox itself failed (the ledger threw: a database that refuses writes, a full disk): log it and try again
+   * after a backoff of its own. Nothing is lost: a transfer not marked acknowledged is still pending.
+   */
+  #retryAfterFault (peerID: string | null, err: unknown): void {
+    if (!this.#running) return
+    const faults = (this.#faults.get(peerID) ?? 0) + 1
+    this.#faults.set(peerID, faults)
+    const retryInMs = backoffDelayMs(faults, { minMs: this.#minRetryMs, maxMs: this.#maxRetryMs })
+    this.#log.error({ err, peerID, faults, retryInMs }, 'the transfer outbox failed; retrying')
+    const retry = setTimeout(() => {
+      this.#retries.delete(retry)
+      if (peerID == null) this.#wake()
+      else this.kick(peerID)
+    }, retryInMs)
+    retry.unref()
+    this.#retries.add(retry)
   }
 
   async #drain (peerID: string): Promise<void> {
@@ -106,18 +171,31 @@ export class TransferOutbox {
 
   /** True when every transfer of the batch was acknowledged. */
   async #deliverBatch (peerID: string, batch: OutgoingTransfer[], signal: AbortSignal): Promise<boolean> {
+    const ready: Array<{ transfer: OutgoingTransfer, envelope: SignedEnvelope<Transfer> }> = []
+    for (const transfer of batch) {
+      try {
+        const { id, amountMicro, memo, createdAt, signature } = transfer
+        ready.push({ transfer, envelope: storedEnvelope({ id, from: this.#nodeID, to: transfer.peerID, amountMicro, memo, createdAt, signature }) })
+      } catch (err) {
+        // A row the ledger's constraints let through but that no longer verifies: never sent as it is, kept pending
+        // (at the longest delay) and in the log, where its owner can see it.
+        this.#ledger.deferTransfers([transfer.id], Date.now() + this.#maxRetryMs, `stored transfer does not verify: ${errorText(err)}`)
+        this.#log.error({ err, peerID, transferID: transfer.id }, 'a stored transfer does not verify; not sent')
+      }
+    }
+    if (ready.length === 0) return false
     let acks: TransferAck[]
     try {
-      acks = await this.#deliver(peerID, batch.map((t) => JSON.parse(t.envelope) as SignedEnvelope), { signal })
+      acks = await this.#deliver(peerID, ready.map(({ envelope }) => envelope), { signal })
     } catch (err) {
       if (signal.aborted) return false // stopping: the batch stays pending as it is
-      const attempts = Math.max(...batch.map((t) => t.attempts))
-      this.#ledger.deferTransfers(batch.map((t) => t.id), Date.now() + backoffDelayMs(attempts + 1, { minMs: this.#minRetryMs, maxMs: this.#maxRetryMs }), errorText(err))
-      this.#log.debug({ err, peerID, transfers: batch.length, attempts: attempts + 1 }, 'transfer delivery failed; will retry')
+      const attempts = Math.max(...ready.map(({ transfer }) => transfer.attempts))
+      this.#ledger.deferTransfers(ready.map(({ transfer }) => transfer.id), Date.now() + backoffDelayMs(attempts + 1, { minMs: this.#minRetryMs, maxMs: this.#maxRetryMs }), errorText(err))
+      this.#log.debug({ err, peerID, transfers: ready.length, attempts: attempts + 1 }, 'transfer delivery failed; will retry')
       return false
     }
-    let allAcknowledged = true
-    batch.forEach((transfer, i) => {
+    let allAcknowledged = ready.length === batch.length
+    ready.forEach(({ transfer }, i) => {
       const ack = acks[i]
       if (ack.id === transfer.id && (ack.status === 'applied' || ack.status === 'duplicate')) {
         this.#ledger.markAcknowledged(transfer.id)
@@ -132,7 +210,6 @@ export class TransferOutbox {
     })
     return allAcknowledged
   }
-
 }
 
 function errorText (err: unknown): string {

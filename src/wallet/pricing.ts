@@ -3,6 +3,8 @@
 // which is the model's parameter count times the bits per weight of its quantization. That energy, priced at the
 // node's own `electricity_cost` and `electricity_margin`, is the price; docs/API.md, Wallet states the formula.
 
+import { MICRO_PER_CREDIT } from './credits.ts'
+
 /** Energy to generate one token per GB of weights: ~30 W laptops to ~150 W desktops at their token rates. */
 export const JOULES_PER_TOKEN_PER_GB = 2
 /** One credit is worth one hundredth of the node's electricity currency unit (a cent of USD, EUR, ...). */
@@ -14,7 +16,6 @@ export const MAX_PRICE_PER_1K_MICRO = 1_000_000_000_000
 /** Weights assumed for a model that states neither its size nor its parameter count. */
 const FALLBACK_WEIGHT_BYTES = 1_000_000_000
 const JOULES_PER_KWH = 3_600_000
-const MICRO_PER_CREDIT = 1_000_000
 
 /** Bits per weight of the common GGUF quantizations, llama.cpp's own figures rounded (for models without a size). */
 const BITS_PER_WEIGHT: Readonly<Record<string, number>> = {

@@ -3,24 +3,22 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { InsufficientCreditsError, InvalidInputError, NotFoundError } from '../errors.ts'
 import { parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, type PeerStreams } from '../wire/index.ts'
+import { formatCredits } from './credits.ts'
+import type { Ledger, TransferRecord, WalletTotals, WalletTransaction } from './ledger.ts'
+import { TransferOutbox, type TransferOutboxOptions } from './outbox.ts'
+import { inferenceCostMicro } from './pricing.ts'
 import {
   MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, TRANSFER_HANDLER_OPTIONS, TRANSFER_PROTOCOL,
   createTransferHandler, deliverTransfers, signTransfer, type Transfer
-} from '../network/index.ts'
-import { ProtocolError, type SignedEnvelope } from '../wire/index.ts'
-import { formatCredits, type Ledger, type WalletTotals, type WalletTransaction } from './ledger.ts'
-import { TransferOutbox, type TransferOutboxOptions } from './outbox.ts'
-import { inferenceCostMicro } from './pricing.ts'
+} from './transfer-protocol.ts'
 
-/** Deadline for reaching a payee and opening the transfer stream; the outbox retries after it. */
-const OPEN_TIMEOUT_MS = 15_000
 /** Tokens a paid request without `max_tokens` is assumed to need, for the credits held before it goes out. */
 export const DEFAULT_HOLD_TOKENS = 1024
 
 /** What the wallet uses of the peer network (PeerNetwork). */
-export interface WalletNetwork {
+export interface WalletNetwork extends PeerStreams {
   handle (protocol: string, handler: (stream: Stream, peer: { nodeID: string }) => Promise<void>, options: { maxInboundStreams: number }): Promise<void>
-  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
   isKnownPeer (nodeID: string): boolean
 }
 
@@ -47,7 +45,7 @@ export interface SendResult {
   balanceMicro: number
 }
 
-export interface InferencePayment {
+interface InferencePayment {
   peerID: string
   modelID: string
   /** The price the peer advertised in its signed capability record. */
@@ -101,11 +99,9 @@ export class Wallet {
     this.#log = deps.log
     this.#outbox = new TransferOutbox({
       ledger: deps.ledger,
+      nodeID: deps.identity.nodeID,
       log: deps.log,
-      deliver: async (peerID, envelopes, { signal }) => {
-        const stream = await this.#network.open(peerID, TRANSFER_PROTOCOL, { signal: AbortSignal.any([signal, AbortSignal.timeout(OPEN_TIMEOUT_MS)]) })
-        return await deliverTransfers(stream, envelopes, { signal })
-      }
+      deliver: async (peerID, envelopes, { signal }) => await deliverTransfers(this.#network, peerID, envelopes, { signal })
     }, options)
   }
 
@@ -113,7 +109,7 @@ export class Wallet {
   async start (): Promise<void> {
     await this.#network.handle(TRANSFER_PROTOCOL, createTransferHandler({
       identity: this.#identity,
-      receive: (transfer, envelope) => this.#receive(transfer, envelope),
+      receive: (transfer, signature) => this.#receive(transfer, signature),
       log: this.#log
     }), TRANSFER_HANDLER_OPTIONS)
     this.#outbox.start()
@@ -123,9 +119,12 @@ export class Wallet {
     await this.#outbox.stop()
   }
 
-  /** A peer (re)connected: deliver what we owe it now instead of after its backoff. */
-  peerConnected (peerID: string): void {
-    if (this.#ledger.duePeers(Number.MAX_SAFE_INTEGER).includes(peerID)) this.#outbox.kick(peerID, { ignoreBackoff: true })
+  /**
+   * A peer came online (it entered the peer table): deliver what we owe it now instead of after its backoff. Only
+   * this and the outbox's own backoff send a transfer again; a peer's record changing does not.
+   */
+  peerOnline (peerID: string): void {
+    this.#outbox.peerOnline(peerID)
   }
 
   balanceMicro (): number {
@@ -207,15 +206,6 @@ export class Wallet {
     }
   }
 
-  /**
-   * Pays a peer for an inference it served: `ceil(price × completionTokens / 1000)` micro-credits as a signed
-   * transfer with memo `inference: <modelID>`. Null when nothing is owed (no tokens); InsufficientCreditsError
-   * when the balance does not cover it. `openInferenceCharge` is the way that checks the balance before the request.
-   */
-  payForInference (payment: InferencePayment): WalletTransaction | null {
-    return this.#pay(payment, { capMicro: null, upToBalance: false })
-  }
-
   #pay (payment: InferencePayment, options: { capMicro: number | null, upToBalance: boolean }): WalletTransaction | null {
     const full = inferenceCostMicro(payment.pricePer1kMicro, payment.completionTokens)
     // A peer is paid for at most the tokens we asked for: what it generated beyond them was not agreed.
@@ -238,19 +228,20 @@ export class Wallet {
     return payee
   }
 
-  #transfer (peerID: NodeID, amountMicro: number, memo: string): { id: string, peerID: string, amountMicro: number, memo: string, createdAt: string, envelope: string } {
+  #transfer (peerID: NodeID, amountMicro: number, memo: string): TransferRecord {
     const body: Transfer = { id: randomUUID(), from: this.#identity.nodeID, to: peerID, amountMicro, memo, createdAt: new Date().toISOString() }
-    return { id: body.id, peerID, amountMicro, memo, createdAt: body.createdAt, envelope: JSON.stringify(signTransfer(this.#identity, body)) }
+    const { signature } = signTransfer(this.#identity, body)
+    return { id: body.id, peerID, amountMicro, memo, createdAt: body.createdAt, signature }
   }
 
-  #receive (transfer: Transfer, envelope: SignedEnvelope): 'applied' | 'duplicate' {
+  #receive (transfer: Transfer, signature: string): 'applied' | 'duplicate' {
     const result = this.#ledger.receive({
       id: transfer.id,
       peerID: transfer.from,
       amountMicro: transfer.amountMicro,
       memo: transfer.memo,
       createdAt: transfer.createdAt,
-      envelope: JSON.stringify(envelope)
+      signature
     })
     if (result === 'conflict') throw new ProtocolError(`Transfer id ${transfer.id} is already used by another transfer`, 'refused')
     if (result === 'over_limit') throw new ProtocolError(`Transfer ${transfer.id} would take the balance past its limit`, 'refused')

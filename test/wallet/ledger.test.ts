@@ -4,10 +4,8 @@ import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
-import { signTransfer } from '../../src/network/index.ts'
 import { openDatabase, type Database } from '../../src/store/index.ts'
-import { GRANT_MICRO, Ledger, inferenceCostMicro, parameterCount, pricePer1kTokensMicro } from '../../src/wallet/index.ts'
-import { creditsToMicro } from '../../src/http/schemas/wallet.ts'
+import { GRANT_MICRO, Ledger, creditsToMicro, inferenceCostMicro, parameterCount, pricePer1kTokensMicro, signTransfer } from '../../src/wallet/index.ts'
 import { tempDir } from '../support/node.ts'
 
 const alice = identityFromSeed(generateSeed())
@@ -22,12 +20,12 @@ async function openLedger (t: TestContext): Promise<{ ledger: Ledger, db: Databa
 
 function outgoing (amountMicro: number, memo = ''): Parameters<Ledger['send']>[0] {
   const body = { id: randomUUID(), from: alice.nodeID, to: bob.nodeID, amountMicro, memo, createdAt: new Date().toISOString() }
-  return { id: body.id, peerID: bob.nodeID, amountMicro, memo, createdAt: body.createdAt, envelope: JSON.stringify(signTransfer(alice, body)) }
+  return { id: body.id, peerID: bob.nodeID, amountMicro, memo, createdAt: body.createdAt, signature: signTransfer(alice, body).signature }
 }
 
 function incoming (amountMicro: number, id: string = randomUUID()): Parameters<Ledger['receive']>[0] {
   const body = { id, from: bob.nodeID, to: alice.nodeID, amountMicro, memo: 'x', createdAt: new Date().toISOString() }
-  return { id, peerID: bob.nodeID, amountMicro, memo: 'x', createdAt: body.createdAt, envelope: JSON.stringify(signTransfer(bob, body)) }
+  return { id, peerID: bob.nodeID, amountMicro, memo: 'x', createdAt: body.createdAt, signature: signTransfer(bob, body).signature }
 }
 
 /** balance = grants + earned - spent, recomputed from the append-only log. */
@@ -91,10 +89,8 @@ test('an incoming transfer is applied once; a replay is a duplicate; a reused id
   const transfer = incoming(2_500_000)
   assert.equal(ledger.receive(transfer), 'applied')
   assert.equal(ledger.receive(transfer), 'duplicate')
-  // Same id, same body, envelope keys in another order: still the same transfer.
-  const reordered = JSON.parse(transfer.envelope) as { body: Record<string, unknown>, signer: string, signature: string }
-  const body = Object.fromEntries(Object.entries(reordered.body).reverse())
-  assert.equal(ledger.receive({ ...transfer, envelope: JSON.stringify({ signature: reordered.signature, body, signer: reordered.signer }) }), 'duplicate')
+  // Same id, same signed fields, handed in again as another object: still the same transfer.
+  assert.equal(ledger.receive(structuredClone(transfer)), 'duplicate')
   assert.equal(ledger.receive(incoming(9_000_000, transfer.id)), 'conflict')
   // One of our own outgoing ids can never come back as income.
   const sent = outgoing(1_000_000)

@@ -7,7 +7,7 @@ import type { Stream } from '@libp2p/interface'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
 import { createPeerHost, nodeIDToPeerId, openStream, type PeerHost } from '../../src/network/libp2p-node.ts'
 import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/wire/index.ts'
-import { MAX_TRANSFER_MICRO, TRANSFER_DOMAIN, TRANSFER_PROTOCOL, TransferResponse, signTransfer, type Transfer } from '../../src/network/transfer.ts'
+import { MAX_TRANSFER_MICRO, TRANSFER_DOMAIN, TRANSFER_PROTOCOL, TransferResponse, signTransfer, type Transfer } from '../../src/wallet/transfer-protocol.ts'
 import { startTestRelay, startWanNode, waitForPeers } from '../support/network.ts'
 import { waitFor, type Api, type TestNode } from '../support/node.ts'
 

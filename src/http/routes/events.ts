@@ -5,10 +5,10 @@ import { z } from 'zod'
 import { MODEL_EVENT_TYPES, type ModelStore } from '../../models/index.ts'
 import type { PeerInfo, PeerNetwork } from '../../network/index.ts'
 import type { SettingsStore } from '../../settings/index.ts'
-import type { Ledger } from '../../wallet/index.ts'
+import { microToCredits, type Ledger } from '../../wallet/index.ts'
 import type { NodeEventData, NodeEventName } from '../schemas/events.ts'
 import { errorResponses } from '../schemas/common.ts'
-import { microToCredits, transactionBody } from '../schemas/wallet.ts'
+import { transactionBody } from '../schemas/wallet.ts'
 import { keepAlive, startSse, writeSseComment, writeSseData } from '../sse.ts'
 
 export interface EventsRoutesOptions {

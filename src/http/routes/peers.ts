@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import type { PeerInfo } from '../../network/index.ts'
+import { microToCredits } from '../../wallet/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { PeerList, type PeerEntry } from '../schemas/peers.ts'
 
@@ -27,7 +28,7 @@ function toPeerEntry (peer: PeerInfo): PeerEntry {
     status: peer.status,
     lastSeen: new Date(peer.lastSeen).toISOString(),
     ptnIDs: peer.ptnIDs,
-    pricePer1kTokens: record.pricePer1kTokensMicro / 1_000_000,
+    pricePer1kTokens: microToCredits(record.pricePer1kTokensMicro),
     capacity: { slots: record.capacity.slots, busySlots: record.capacity.busySlots, queued: record.capacity.queued }
   }
 }

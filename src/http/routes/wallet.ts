@@ -1,9 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
-import type { SolanaWallet, Wallet } from '../../wallet/index.ts'
+import { creditsToMicro, microToCredits, type SolanaWallet, type Wallet } from '../../wallet/index.ts'
 import { ErrorEnvelope, errorResponses } from '../schemas/common.ts'
 import {
-  ChainStatus, SendBody, SendResult, TransactionList, TransactionsQuery, WalletSummary, creditsToMicro, microToCredits,
-  transactionBody
+  ChainStatus, SendBody, SendResult, TransactionList, TransactionsQuery, WalletSummary, transactionBody
 } from '../schemas/wallet.ts'
 
 export interface WalletRoutesOptions {

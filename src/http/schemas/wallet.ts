@@ -1,20 +1,11 @@
 import { z } from 'zod'
-import type { WalletTransaction as LedgerTransaction } from '../../wallet/index.ts'
+import { MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, MICRO_PER_CREDIT, creditsToMicro, microToCredits, type WalletTransaction as LedgerTransaction } from '../../wallet/index.ts'
 import { IsoTime, SNAKE_ALIASES, queryInteger, withAliases } from './common.ts'
 
 // Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it (CONTRACT §1).
-const MICRO_PER_CREDIT = 1_000_000
 /** The most one send may move: 10^9 credits (the transfer protocol's limit). */
-export const MAX_SEND_CREDITS = 1_000_000_000
-export const MAX_MEMO_CHARS = 256
-
-export function creditsToMicro (credits: number): number {
-  return Math.round(credits * MICRO_PER_CREDIT)
-}
-
-export function microToCredits (micro: number): number {
-  return micro / MICRO_PER_CREDIT
-}
+export const MAX_SEND_CREDITS = MAX_TRANSFER_MICRO / MICRO_PER_CREDIT
+export const MAX_MEMO_CHARS = MAX_TRANSFER_MEMO_CHARS
 
 /** True when `credits` has at most 6 decimals, i.e. is a whole number of micro-credits. */
 function wholeMicro (credits: number): boolean {

@@ -2,7 +2,7 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
 import { NodeID, type NodeIdentity } from '../identity/index.ts'
-import { ProtocolError, openEnvelope, requestOnStream, serveRequest, signEnvelope, type SignedEnvelope } from '../wire/index.ts'
+import { ProtocolError, openEnvelope, reopenEnvelope, requestPeer, serveRequest, signEnvelope, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
 
 /**
  * Credit transfers between nodes (CONTRACT §6, §8). The payer signs a transfer and delivers it, again and again
@@ -22,6 +22,8 @@ export const MAX_TRANSFERS_PER_FRAME = 50
 const MAX_FRAME_BYTES = 128 * 1024
 const MAX_INBOUND_STREAMS = 8
 const READ_TIMEOUT_MS = 10_000
+/** Deadline for reaching a payee and opening the transfer stream; the outbox retries after it. */
+const OPEN_TIMEOUT_MS = 15_000
 
 /** What the payer signs. `amountMicro` is an integer of micro-credits, never a float. */
 export const Transfer = z.strictObject({
@@ -57,6 +59,23 @@ export function signTransfer (identity: NodeIdentity, transfer: Transfer): Signe
   return signEnvelope(identity, Transfer.parse(transfer), { domain: TRANSFER_DOMAIN })
 }
 
+/** What the ledger keeps of a transfer: its signed fields and the signature, each checked before it was stored. */
+export interface StoredTransfer {
+  id: string
+  from: string
+  to: string
+  amountMicro: number
+  memo: string
+  createdAt: string
+  signature: string
+}
+
+/** A stored transfer as it travels again: its envelope rebuilt and checked once more (a damaged row never goes out). */
+export function storedEnvelope (stored: StoredTransfer): SignedEnvelope<Transfer> {
+  const { signature, ...body } = stored
+  return reopenEnvelope({ body, signer: body.from, signature }, Transfer, { domain: TRANSFER_DOMAIN })
+}
+
 /**
  * Checks a received envelope: signed by `from`, `from` is the peer at the other end of the connection (so nobody
  * can replay another node's transfer as their own), `to` is us, and never from us to us. Throws ProtocolError.
@@ -75,7 +94,7 @@ export interface TransferHandlerDeps {
    * Applies a verified transfer at most once, durably, before it returns: the acknowledgement goes out only after
    * the credit is committed. Throws for a transfer it will not apply (ProtocolError `refused`).
    */
-  receive: (transfer: Transfer, envelope: SignedEnvelope) => 'applied' | 'duplicate'
+  receive: (transfer: Transfer, signature: string) => 'applied' | 'duplicate'
   log: Logger
 }
 
@@ -95,7 +114,7 @@ function receiveOne (deps: TransferHandlerDeps, envelope: unknown, from: string)
   const id = envelopeID(envelope)
   try {
     const transfer = openTransfer(envelope, { from, to: deps.identity.nodeID })
-    const status = deps.receive(transfer, envelope as SignedEnvelope)
+    const status = deps.receive(transfer, (envelope as SignedEnvelope).signature)
     return { id: transfer.id, status, reason: null }
   } catch (err) {
     // The expected refusals: a ProtocolError from the checks above or from `receive`. Anything else is our fault
@@ -112,16 +131,17 @@ function envelopeID (envelope: unknown): string | null {
 }
 
 /**
- * The payer's side: sends one batch on `stream` and returns one ack per envelope, in order. Throws (ProtocolError or
- * the stream's error) when the batch was not acknowledged as a whole; then any of it may or may not have been
- * applied, which is why the payer simply sends it again.
+ * The payer's side: sends one batch to `nodeID` and returns one ack per envelope, in order. Throws (ProtocolError,
+ * UnavailableError or the stream's error) when the batch was not acknowledged as a whole; then any of it may or may
+ * not have been applied, which is why the payer simply sends it again.
  */
-export async function deliverTransfers (stream: Stream, envelopes: SignedEnvelope[], options: { signal?: AbortSignal } = {}): Promise<TransferAck[]> {
+export async function deliverTransfers (peers: PeerStreams, nodeID: string, envelopes: SignedEnvelope[], options: { signal?: AbortSignal } = {}): Promise<TransferAck[]> {
   if (envelopes.length === 0 || envelopes.length > MAX_TRANSFERS_PER_FRAME) {
     throw new RangeError(`A batch holds 1 to ${MAX_TRANSFERS_PER_FRAME} transfers, not ${envelopes.length}`)
   }
-  const { acks } = await requestOnStream(stream, { transfers: envelopes }, TransferResponse,
-    { signal: options.signal, timeoutMs: READ_TIMEOUT_MS, maxRequestBytes: MAX_FRAME_BYTES, maxAnswerBytes: MAX_FRAME_BYTES })
+  const { acks } = await requestPeer(peers, nodeID, TRANSFER_PROTOCOL, { transfers: envelopes }, TransferResponse, {
+    signal: options.signal, openTimeoutMs: OPEN_TIMEOUT_MS, timeoutMs: READ_TIMEOUT_MS, maxRequestBytes: MAX_FRAME_BYTES, maxAnswerBytes: MAX_FRAME_BYTES
+  })
   if (acks.length !== envelopes.length) throw new ProtocolError(`Expected ${envelopes.length} acks, got ${acks.length}`, 'invalid')
   return acks
 }
