@@ -14,7 +14,8 @@ import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { DemandDrivenModels, INFER_PROTOCOL, InferService, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter } from './network/index.ts'
+import { DemandDrivenModels, INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
+import { ServingPolicy } from './serving/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { AgentService } from './agent/index.ts'
 import { SettingsStore } from './settings/index.ts'
@@ -127,13 +128,17 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const solana = new SolanaWallet({ identity, rpcUrl: () => settings.get().solana_rpc_url, log: log.child({ part: 'solana' }) })
     // Issue 4: requests for a model this node has not loaded go to the best peer that serves it; peers' requests
     // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
-    const peerRequests = metrics.counter('meshnode_peer_requests_served_total', 'Chat requests from peers answered in full')
+    const peerRequests = metrics.counter('meshnode_peer_requests_served_total', 'Generations for peers answered in full: chat requests and agent messages')
     const peerTokens = metrics.counter('meshnode_peer_tokens_generated_total', 'Tokens generated for peers (what they are billed for)')
     const router = new PeerRouter({
       local: localRouter, network, settings, sameModel, log: log.child({ part: 'router' }),
       billing: { open: (request) => wallet.openInferenceCharge(request) }
     })
-    const inference = new InferService({
+    const ptn: PtnService = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
+    await ptn.start()   // registers the PTN protocol, served once the network starts
+    // Issue 11: the one door from peers to the engine. Chat requests over the infer protocol and agent messages pass
+    // the same checks (inference_backend, org_capacity_reservation, queue) and the same bookkeeping (metrics, demand).
+    const serving = new ServingPolicy({
       engine,
       sameModel,
       settings,
@@ -144,13 +149,11 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       sharesPtn: (nodeID, ptnID) => ptn.memberPtnIDs().includes(ptnID) && (network.peer(nodeID)?.ptnIDs.includes(ptnID) ?? false),
       recordDemand: (modelID) => { network.recordDemand(modelID) },
       onServed: ({ usage }) => { peerTokens.inc({}, usage.completionTokens); peerRequests.inc() },
-      log: log.child({ part: 'infer' })
+      log: log.child({ part: 'serving' })
     })
-    await network.handle(INFER_PROTOCOL, inference.handle, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
-    const ptn: PtnService = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
-    await ptn.start()   // registers the PTN protocol, served once the network starts
+    await network.handle(INFER_PROTOCOL, createInferHandler({ policy: serving, log: log.child({ part: 'infer' }) }), { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
     // Issue 7: this node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
-    const agent: AgentService = new AgentService({ db, identity, network, engine, name, log: log.child({ part: 'agent' }) }, config.agent)
+    const agent: AgentService = new AgentService({ db, identity, network, engine, serving, name, log: log.child({ part: 'agent' }) }, config.agent)
     await agent.start()   // registers the agent protocol, served once the network starts
     cleanups.unshift(() => { agent.stop() })
 

@@ -5,9 +5,10 @@ import type { Logger } from 'pino'
 import { z } from 'zod'
 import { BusyError, ConflictError, CorruptStateError, InvalidInputError, NotFoundError, TooLargeError, UnavailableError } from '../errors.ts'
 import { parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
-import { InvalidGenerationRequestError, type ChatEvent, type ChatMessage, type ChatRequest, type GenerateOptions } from '../inference/index.ts'
+import { InvalidGenerationRequestError, type ChatEvent, type ChatMessage, type ChatRequest } from '../inference/index.ts'
 import type { PeerInfo } from '../network/index.ts'
-import { ProtocolError, firstOrTimeout, writeMessage, type FrameStream, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
+import type { PeerGeneration } from '../serving/index.ts'
+import { ProtocolError, batchesWithKeepAlives, writeMessage, type FrameStream, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
 import { inTransaction, type Database } from '../store/index.ts'
 import {
   AGENT_KEEPALIVE_MS, AGENT_PROTOCOL, AgentRefusalError, MAX_AGENT_CAPABILITIES, MAX_AGENT_CAPABILITY_CHARS, MAX_AGENT_MESSAGE_BYTES,
@@ -29,10 +30,14 @@ export interface AgentNetwork extends PeerStreams {
   off (event: 'peer:online' | 'peer:updated', listener: (peer: PeerInfo) => void): unknown
 }
 
-/** What the agent uses of the local engine (`LocalEngine` has it). */
+/** What the agent uses of the local engine (`LocalEngine` has it): the model its profile names. */
 export interface AgentEngine {
   loaded (): { modelID: string } | null
-  generate (request: ChatRequest, options?: GenerateOptions): AsyncIterable<ChatEvent>
+}
+
+/** How the agent answers a peer: through the serving policy, the one door from peers to the engine (src/serving). */
+export interface AgentServing {
+  generate (ask: PeerGeneration, options: { signal?: AbortSignal }): AsyncIterable<ChatEvent>
 }
 
 export interface AgentServiceDeps {
@@ -40,6 +45,7 @@ export interface AgentServiceDeps {
   identity: NodeIdentity
   network: AgentNetwork
   engine: AgentEngine
+  serving: AgentServing
   log: Logger
   /** The node's display name: the agent's name until the profile sets one. */
   name: string
@@ -156,6 +162,7 @@ export class AgentService {
   readonly #identity: NodeIdentity
   readonly #network: AgentNetwork
   readonly #engine: AgentEngine
+  readonly #serving: AgentServing
   readonly #log: Logger
   readonly #nodeName: string
   readonly #options: Required<AgentServiceOptions>
@@ -182,6 +189,7 @@ export class AgentService {
     this.#identity = deps.identity
     this.#network = deps.network
     this.#engine = deps.engine
+    this.#serving = deps.serving
     this.#log = deps.log
     this.#nodeName = deps.name
     this.#options = {
@@ -423,7 +431,7 @@ export class AgentService {
     stream.addEventListener('close', () => { peerGone.abort(new Error('The sending peer closed the stream')) }, { once: true })
     const signal = AbortSignal.any([peerGone.signal, this.#shutdown.signal])
     const started = performance.now()
-    const reply = await this.#answer({ message, envelope: envelope as SignedEnvelope<AgentMessage> }, frames, signal)
+    const reply = await this.#answer({ message, envelope: envelope as SignedEnvelope<AgentMessage> }, frames, signal, peer.nodeID)
     if (reply == null) {
       stream.abort(new Error('The exchange was cancelled'))
       return
@@ -434,19 +442,18 @@ export class AgentService {
   }
 
   /** The last frame for a peer's message; null when the exchange was cancelled (the peer left, or we stop). */
-  async #answer (question: Filed, frames: FrameStream, signal: AbortSignal): Promise<AgentReplyFrame | null> {
+  async #answer (question: Filed, frames: FrameStream, signal: AbortSignal, nodeID: string): Promise<AgentReplyFrame | null> {
     const { message } = question
     const precheck = this.#precheck(message)
     if (precheck.refusal != null) return errorFrame('refused', precheck.refusal)
     if (precheck.repeat != null) return { type: 'answer', envelope: precheck.repeat }
-    if (this.#engine.loaded() == null) return errorFrame('no_model', `The agent of node ${this.#identity.nodeID} has no model loaded`)
 
     let history = (this.#recentMessages.all(message.conversationID, this.#options.maxHistoryMessages) as unknown as MessageRow[])
     let withSystemPrompt = true
     let text: string
     for (;;) {
       try {
-        text = await this.#generate(this.#prompt(message, history, withSystemPrompt), frames, `peer:${question.envelope.signer}`, signal)
+        text = await this.#generate({ kind: 'agent', nodeID, ptnID: null, requesterLabel: null, modelID: null, request: this.#prompt(message, history, withSystemPrompt) }, frames, signal)
         break
       } catch (err) {
         if (signal.aborted || err instanceof StreamLostError) return null
@@ -514,38 +521,25 @@ export class AgentService {
     return `You are ${this.#name()}, the agent of a meshnode node. You are talking with ${peerName}, the agent of another node. Answer helpfully and briefly.`
   }
 
-  /** Runs the generation, sending keep-alive frames while it waits for a slot or runs; returns the whole text. */
-  async #generate (request: ChatRequest, frames: FrameStream, requester: string, signal: AbortSignal): Promise<string> {
-    // The peer's agent resends the conversation every turn: its slot reuses what it evaluated last turn.
-    const events = this.#engine.generate(request, { signal, requester })[Symbol.asyncIterator]()
+  /** Runs the generation through the serving policy, sending keep-alive frames while it waits; returns the text. */
+  async #generate (ask: PeerGeneration, frames: FrameStream, signal: AbortSignal): Promise<string> {
     let text = ''
-    let next: Promise<IteratorResult<ChatEvent>> | null = null
-    try {
-      for (;;) {
-        next ??= events.next()
-        const result = await firstOrTimeout(next, this.#options.keepaliveMs)
-        if (result === 'timeout') {
-          try {
-            await writeMessage(frames, { type: 'keepalive' }, { signal })
-          } catch (err) {
-            throw new StreamLostError('The keep-alive could not be sent; the peer is gone', { cause: err })
-          }
-          continue
-        }
-        next = null
-        if (result.done === true) return text
-        if (result.value.type === 'delta') text += result.value.text
+    const keepAlive = async (): Promise<void> => {
+      try {
+        await writeMessage(frames, { type: 'keepalive' }, { signal })
+      } catch (err) {
+        throw new StreamLostError('The keep-alive could not be sent; the peer is gone', { cause: err })
       }
-    } finally {
-      // Left while a step was pending (a keep-alive could not be written: the peer is gone, and the signal stops the
-      // generation). That step's outcome no longer matters, but must not surface as an unhandled rejection.
-      next?.then(undefined, (err: unknown) => { this.#log.debug({ err }, 'abandoned generation step failed') })
-      await events.return?.()
     }
+    for await (const batch of batchesWithKeepAlives(this.#serving.generate(ask, { signal }), { everyMs: this.#options.keepaliveMs, keepAlive })) {
+      for (const event of batch) if (event.type === 'delta') text += event.text
+    }
+    return text
   }
 
   #generationFailed (err: unknown): AgentReplyFrame {
-    // The engine's expected failures: the model went away, or every slot and the queue are taken.
+    // The serving policy's and the engine's expected refusals: no model served to peers now (none loaded, or
+    // `inference_backend` is peers), or every slot open to this peer and the queue are taken.
     if (err instanceof UnavailableError) return errorFrame('no_model', err.message)
     if (err instanceof BusyError) return errorFrame('busy', err.message)
     this.#log.error({ err }, 'answering a peer\'s agent message failed')

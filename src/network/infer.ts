@@ -2,10 +2,11 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { ChatEvent, ChatRequest, ChatUsage } from '../inference/index.ts'
+import type { ChatEvent, ChatRequest } from '../inference/index.ts'
 import { ModelIDString } from './capabilities.ts'
-import { askPeer, firstOrTimeout, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
-import { publicSlots, type RemotePeer } from './peer-network.ts'
+import type { PeerGeneration } from '../serving/index.ts'
+import { askPeer, batchesWithKeepAlives, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
+import type { RemotePeer } from './peer-network.ts'
 
 // Remote inference: a node asks a peer to run a chat request on the peer's loaded model. One stream per request:
 // the requester sends one request frame and half-closes; the server answers with keep-alive frames while the request
@@ -102,128 +103,54 @@ export class RemoteInferenceError extends Error {
   }
 }
 
-export interface InferServiceDeps {
-  /** The local engine. */
-  engine: {
-    generate (request: ChatRequest, options: { signal?: AbortSignal, requester?: string }): AsyncIterable<ChatEvent>
-    stats (): { slots: number }
-    loaded (): { modelID: string } | null
-  }
-  sameModel: (a: string, b: string) => boolean
-  settings: { get (): { org_capacity_reservation: number, inference_backend: string } }
-  /** Whether a requester is a verified member of one of this node's PTNs (it may use the reserved slots). */
-  isPtnMember: (nodeID: string) => boolean
-  /** Whether this node and the requester are both verified members of `ptnID` (its members then share prompt caches). */
-  sharesPtn?: (nodeID: string, ptnID: string) => boolean
-  /** Counts a request for a model we do not serve (demand-driven models). */
-  recordDemand: (modelID: string) => void
-  /** After a request was answered in full: who asked, and the tokens we generated for it. */
-  onServed?: (served: { nodeID: string, modelID: string, usage: ChatUsage }) => void
+export interface InferHandlerDeps {
+  /** The one door from peers to the engine (src/serving). */
+  policy: { generate (ask: PeerGeneration, options: { signal?: AbortSignal }): AsyncIterable<ChatEvent> }
   log: Logger
 }
 
 /**
- * The serving side: runs peers' requests on the local engine when the requested model is the one loaded, keeping
- * `org_capacity_reservation` of the slots for members of this node's PTNs.
+ * The serving side: a peer's request goes through the serving policy (which admits it or refuses it) to the engine,
+ * and its events come back as frames: keep-alives while it waits for a slot, deltas (everything generated while the
+ * last frame was written goes out together), then one final `done` or `error`. A malformed, oversized or invalid
+ * request throws (ProtocolError): the network resets the stream and bans the peer.
  */
-export class InferService {
-  readonly #deps: InferServiceDeps
-  /** Requests from outside our PTNs running or waiting now. */
-  #publicActive = 0
-
-  constructor (deps: InferServiceDeps) {
-    this.#deps = deps
-  }
-
-  /** Requests from non-members admitted now (for tests and the snapshot). */
-  get publicActive (): number {
-    return this.#publicActive
-  }
-
-  readonly handle = async (stream: Stream, peer: RemotePeer): Promise<void> => {
-    // A protocol error here (malformed, oversized, invalid) propagates: the network drops and bans the peer.
+export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, peer: RemotePeer) => Promise<void> {
+  return async (stream, peer) => {
     const { frames, request: ask } = await readRequest(stream, InferRequest, { maxRequestBytes: MAX_INFER_REQUEST_BYTES, timeoutMs: INFER_REQUEST_TIMEOUT_MS })
     const peerGone = new AbortController()
     stream.addEventListener('close', () => { peerGone.abort(new Error('The requesting peer closed the stream')) }, { once: true })
-    const member = this.#deps.isPtnMember(peer.nodeID)
-    let admitted = false
+    const signal = peerGone.signal
+    const events = deps.policy.generate({
+      kind: 'chat', nodeID: peer.nodeID, ptnID: ask.ptnID, requesterLabel: ask.requester ?? null, modelID: ask.modelID, request: ask.request as ChatRequest
+    }, { signal })
     try {
-      const refusal = this.#refusal(ask.modelID, member)
-      if (refusal != null) {
-        await sendFinal(frames, refusal, peerGone.signal)
-        return
-      }
-      if (!member) this.#publicActive++
-      admitted = true
-      const usage = await this.#serve(frames, ask, this.#requester(peer.nodeID, ask), peerGone.signal)
-      if (usage != null) this.#deps.onServed?.({ nodeID: peer.nodeID, modelID: ask.modelID, usage })
-    } finally {
-      if (admitted && !member) this.#publicActive--
-    }
-  }
-
-  #refusal (modelID: string, member: boolean): Extract<InferFrame, { type: 'error' }> | null {
-    const settings = this.#deps.settings.get()
-    const loaded = this.#deps.engine.loaded()
-    if (settings.inference_backend === 'peers' || loaded == null || !this.#deps.sameModel(loaded.modelID, modelID)) {
-      this.#deps.recordDemand(modelID)
-      return errorFrame('unavailable', `Model ${modelID} is not served by this node`)
-    }
-    if (!member) {
-      const slots = this.#deps.engine.stats().slots
-      const open = publicSlots(slots, settings.org_capacity_reservation)
-      if (this.#publicActive >= open) {
-        return errorFrame('busy', `All ${open} of this node's slots open to requests from outside its PTNs are in use`, { retryAfterSeconds: 1 })
-      }
-    }
-    return null
-  }
-
-  /** Whose prompt cache the request may reuse: its PTN's, when both are members of it; else its own peer's and label's. */
-  #requester (nodeID: string, ask: InferRequest): string {
-    if (ask.ptnID != null && this.#deps.sharesPtn?.(nodeID, ask.ptnID) === true) return `ptn:${ask.ptnID}`
-    return ask.requester == null ? `peer:${nodeID}` : `peer:${nodeID}/${ask.requester}`
-  }
-
-  /** Streams the answer; returns the usage once `done` was sent, null when the generation failed (error sent). */
-  async #serve (frames: FrameStream, ask: InferRequest, requester: string, signal: AbortSignal): Promise<ChatUsage | null> {
-    const events = this.#deps.engine.generate(ask.request as ChatRequest, { signal, requester })[Symbol.asyncIterator]()
-    try {
-      // Keep-alives while the request waits for a slot: the requester can tell a queued request from a dead peer.
-      let next = events.next()
-      for (;;) {
-        const result = await firstOrTimeout(next, INFER_KEEPALIVE_MS)
-        if (result === 'timeout') {
-          await writeMessage(frames, { type: 'keepalive' }, { signal })
-          continue
-        }
-        if (result.done === true) throw new Error('generation ended without a final event')
-        const event = result.value
-        if (event.type === 'delta') {
-          // Tokens generated while the last frame was being written go out together: under backpressure (a slow
-          // relay, a busy event loop) one frame per token would cost more than the tokens themselves.
-          let text = event.text
-          next = events.next()
-          for (let ready = await settledNow(next); ready != null && ready.done !== true && ready.value.type === 'delta' && text.length < COALESCE_MAX_CHARS; ready = await settledNow(next)) {
-            text += ready.value.text
-            next = events.next()
+      const batches = batchesWithKeepAlives(events, { everyMs: INFER_KEEPALIVE_MS, keepAlive: async () => { await writeMessage(frames, { type: 'keepalive' }, { signal }) } })
+      for await (const batch of batches) {
+        let text = ''
+        for (const event of batch) {
+          if (event.type === 'delta') {
+            text += event.text
+            if (text.length < COALESCE_MAX_CHARS) continue
+            await writeMessage(frames, { type: 'delta', text }, { signal })
+            text = ''
+            continue
           }
-          await writeMessage(frames, { type: 'delta', text }, { signal })
-          continue
+          // The wire request carries no tools, so a chat served for a peer ends in text
+          if (event.type !== 'done' || event.finishReason === 'tool_calls') throw new Error(`unexpected ${event.type} event for a peer`)
+          if (text !== '') await writeMessage(frames, { type: 'delta', text }, { signal })
+          text = ''
+          await sendFinal(frames, { type: 'done', finishReason: event.finishReason, usage: event.usage }, signal)
+          return
         }
-        // The wire request carries no tools, so a chat served for a peer ends in text
-        if (event.type !== 'done' || event.finishReason === 'tool_calls') throw new Error(`unexpected ${event.type} event for a peer`)
-        await sendFinal(frames, { type: 'done', finishReason: event.finishReason, usage: event.usage }, signal)
-        return event.usage
+        if (text !== '') await writeMessage(frames, { type: 'delta', text }, { signal })
       }
+      throw new Error('generation ended without a final event')
     } catch (err) {
-      if (signal.aborted) return null   // the requester left; the generation stopped with it
+      if (signal.aborted) return   // the requester left; the generation stopped with it
       const frame = toErrorFrame(err)
-      if (frame.kind === 'internal') this.#deps.log.error({ err, modelID: ask.modelID }, 'serving a peer request failed')
+      if (frame.kind === 'internal') deps.log.error({ err, peer: peer.nodeID, modelID: ask.modelID }, 'serving a peer request failed')
       await sendFinal(frames, frame, signal)
-      return null
-    } finally {
-      await events.return?.()
     }
   }
 }
@@ -232,15 +159,6 @@ async function sendFinal (frames: FrameStream, frame: InferFrame, signal: AbortS
   await writeMessage(frames, frame, { signal })
   await frames.stream.close({ signal })
 }
-
-const NOT_SETTLED = Symbol('not settled')
-
-/** The promise's result if it has already settled, else null; never waits (beyond a microtask). */
-async function settledNow<T> (promise: Promise<T>): Promise<T | null> {
-  const result = await Promise.race([promise, Promise.resolve(NOT_SETTLED)])
-  return result === NOT_SETTLED ? null : result as T
-}
-
 
 function errorFrame (kind: InferErrorKind, message: string, extra: { param?: string | null, retryAfterSeconds?: number | null } = {}): Extract<InferFrame, { type: 'error' }> {
   return { type: 'error', kind, message: message.slice(0, 2000), param: extra.param ?? null, retryAfterSeconds: extra.retryAfterSeconds ?? null }

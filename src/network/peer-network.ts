@@ -11,6 +11,7 @@ import {
   signCapabilities, type CapabilityRecord
 } from './capabilities.ts'
 import { CLUSTER_PROTOCOL, MAX_INBOUND_CLUSTER_STREAMS, createClusterHandler, deriveClusterKey, joinCluster } from './cluster.ts'
+import { publicSlots } from '../serving/index.ts'
 import { ProtocolError } from '../wire/index.ts'
 import type { PeerHost } from './libp2p-node.ts'
 import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from './peer-ids.ts'
@@ -844,17 +845,9 @@ function decayed (entry: { score: number, at: number } | undefined, now: number)
   return entry.score * 0.5 ** (Math.max(0, now - entry.at) / DEMAND_HALF_LIFE_MS)
 }
 
-/**
- * Slots a request from outside this node's PTNs may use (issue 4: `org_capacity_reservation` keeps that fraction of
- * the slots for PTN members): floor((1 - r) × slots).
- */
 /** Whether the settings ask for any peer networking: the relay (WAN) or the LAN cluster. */
 function networkWanted (settings: Settings): boolean {
   return settings.wan_enabled || settings.cluster_enabled
-}
-
-export function publicSlots (slots: number, reservation: number): number {
-  return Math.max(0, Math.floor((1 - reservation) * slots + 1e-9))
 }
 
 function isUnsupportedProtocol (err: unknown): boolean {

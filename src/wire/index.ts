@@ -14,3 +14,5 @@ export {
 export type { PeerStreams, OpenOptions, AnswerOptions, AskOptions, ServeOptions } from './exchange.ts'
 export { backoffDelayMs } from './backoff.ts'
 export type { BackoffOptions } from './backoff.ts'
+export { batchesWithKeepAlives } from './keep-alive.ts'
+export type { KeepAliveOptions } from './keep-alive.ts'
