@@ -67,7 +67,7 @@ async function startRelayProcess (dataDir: string): Promise<{ url: string, child
 async function benchModel (name: string, path: string, root: string): Promise<void> {
   const relay = await startRelayProcess(join(root, `${name}-relay`))
   const nodes: RunningNode[] = []
-  const network: NodeConfig['network'] = { heartbeatIntervalMs: 1_000, wan: { syncIntervalMs: 1_000, fastSyncMs: 200 } }
+  const network: NodeConfig['network'] = { pingIntervalMs: 1_000, wan: { syncIntervalMs: 1_000, fastSyncMs: 200 } }
   try {
     // No direct listen addresses: the requester reaches the server only through the relay.
     const config = (dir: string): NodeConfig => defaultConfig({ port: 0, dataDir: join(root, `${name}-${dir}`), logLevel: 'warn', threads: THREADS, slots: 1, contextSize: 2048, p2pListen: DIRECT ? null : [], network })

@@ -13,10 +13,10 @@ import { ApiKeys, Sessions } from './keys/index.ts'
 import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu, type LocalModel, type LocalModels } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
-import { ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { DemandDrivenModels, INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
-import { ServingPolicy } from './serving/index.ts'
+import { DemandDrivenModels, DemandTracker, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
+import { INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
+import { ServingPolicy } from './serving/index.ts'
 import { AgentService } from './agent/index.ts'
 import { SettingsStore } from './settings/index.ts'
 import { openDatabase, writeFileAtomic, type Database } from './store/index.ts'
@@ -45,6 +45,8 @@ export interface RunningNode {
   readonly network: PeerNetwork
   /** Where the API listens on the network now (`host:port`; none while network access is off). */
   networkAddresses (): string[]
+  /** Requests nobody here could serve, per model (advertised to peers). */
+  readonly demand: DemandTracker
   /** Stops accepting requests, finishes the ones in flight, stops every part and closes the database. */
   close (): Promise<void>
 }
@@ -97,27 +99,22 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     // Issue 12: a request for a model downloaded here loads it, once the current model's requests have finished.
     const localRouter = new LocalRouter({ engine, sameModel, models: localModels(models) })
 
-    // Started once the HTTP app is built; stopped after it has closed (requests in flight may be on peers).
+    // Issue 4 item 6: requests nobody here could serve, counted by the router and the serving policy, advertised to
+    // peers, and weighed by demand-driven models.
+    const demand = new DemandTracker()
+
+    // Started once the HTTP app is built; stopped after it has closed (requests in flight may be on peers). Each domain
+    // below contributes its part of the capability record once it is built.
     const { demand: demandOptions, ...networkOptions } = config.network ?? {}
-    const network: PeerNetwork = new PeerNetwork({
-      identity, settings, log: log.child({ part: 'network' }), name, hardware, engine,
-      providers: {
-        models: () => ({
-          loaded: engine.loaded()?.modelID ?? null,
-          downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
-        }),
-        // Issue 5: the loaded model's price, from its size and this node's electricity settings (docs/API.md, Wallet).
-        pricePer1kTokensMicro: () => pricePer1kTokensMicro({ sizeBytes: engine.loaded()?.sizeBytes ?? null, quantization: null, parameters: null }, settings.get()),
-        // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
-        ptnCertificates: (): string[] => ptn.certificatesForAdvert(),
-        verifyPtnCertificates: (nodeID: string, certificates: string[]): string[] => ptn.verifiedPtnIDs(nodeID, certificates),
-        // Issue 7: the agent's name and capabilities; peers build their agent directory from the records they verified.
-        agentProfile: () => agent.advertisedProfile()
-      }
-    }, { ...networkOptions, listen: config.p2pListen ?? undefined })
+    const network = new PeerNetwork({ identity, settings, log: log.child({ part: 'network' }), name, hardware }, { ...networkOptions, listen: config.p2pListen ?? undefined })
     cleanups.unshift(() => network.stop())
+    network.advertise('models', () => ({
+      loaded: engine.loaded()?.modelID ?? null,
+      downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
+    }))
+    network.advertise('demand', () => demand.list())
     // Issue 4 item 6 (auto_manage_models): fetch and swap to the model peers and users ask for and nobody serves.
-    const demandModels = new DemandDrivenModels({ network, models, engine, settings, sameModel, log: log.child({ part: 'demand' }) }, demandOptions)
+    const demandModels = new DemandDrivenModels({ demand, network, models, engine, settings, sameModel, log: log.child({ part: 'demand' }) }, demandOptions)
     cleanups.unshift(() => demandModels.stop())
     // Issue 5: credits. The wallet pays peers for what they generate for us and delivers its transfers until acknowledged.
     const ledger = new Ledger({ db })
@@ -125,17 +122,22 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     cleanups.unshift(() => wallet.stop())
     // Issue 11: a transfer goes out again when its payee comes online and at its own backoff; never on a record update.
     network.on('peer:online', (peer) => { wallet.peerOnline(peer.nodeID) })
+    // Issue 5: the loaded model's price, from its size and this node's electricity settings (docs/API.md, Wallet).
+    network.advertise('pricePer1kTokensMicro', () => pricePer1kTokensMicro({ sizeBytes: engine.loaded()?.sizeBytes ?? null, quantization: null, parameters: null }, settings.get()))
     const solana = new SolanaWallet({ identity, rpcUrl: () => settings.get().solana_rpc_url, log: log.child({ part: 'solana' }) })
     // Issue 4: requests for a model this node has not loaded go to the best peer that serves it; peers' requests
     // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
     const peerRequests = metrics.counter('meshnode_peer_requests_served_total', 'Generations for peers answered in full: chat requests and agent messages')
     const peerTokens = metrics.counter('meshnode_peer_tokens_generated_total', 'Tokens generated for peers (what they are billed for)')
     const router = new PeerRouter({
-      local: localRouter, network, settings, sameModel, log: log.child({ part: 'router' }),
+      local: localRouter, network, demand, settings, sameModel, log: log.child({ part: 'router' }),
       billing: { open: (request) => wallet.openInferenceCharge(request) }
     })
-    const ptn: PtnService = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
+    const ptn = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
     await ptn.start()   // registers the PTN protocol, served once the network starts
+    // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
+    network.advertise('ptnCertificates', () => ptn.certificatesForAdvert())
+    network.trustPtnCertificates((nodeID, certificates) => ptn.verifiedPtnIDs(nodeID, certificates))
     // Issue 11: the one door from peers to the engine. Chat requests over the infer protocol and agent messages pass
     // the same checks (inference_backend, org_capacity_reservation, queue) and the same bookkeeping (metrics, demand).
     const serving = new ServingPolicy({
@@ -147,14 +149,20 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         return network.peer(nodeID)?.ptnIDs.some(id => ours.includes(id)) ?? false
       },
       sharesPtn: (nodeID, ptnID) => ptn.memberPtnIDs().includes(ptnID) && (network.peer(nodeID)?.ptnIDs.includes(ptnID) ?? false),
-      recordDemand: (modelID) => { network.recordDemand(modelID) },
+      recordDemand: (modelID) => { demand.record(modelID) },
       onServed: ({ usage }) => { peerTokens.inc({}, usage.completionTokens); peerRequests.inc() },
       log: log.child({ part: 'serving' })
     })
     await network.handle(INFER_PROTOCOL, createInferHandler({ policy: serving, log: log.child({ part: 'infer' }) }), { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
+    network.advertise('capacity', () => {
+      const { slots, busySlots, queued } = engine.stats()
+      return { slots, busySlots, queued, reservedSlots: serving.reservedSlots() }
+    })
     // Issue 7: this node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
-    const agent: AgentService = new AgentService({ db, identity, network, engine, serving, name, log: log.child({ part: 'agent' }) }, config.agent)
+    const agent = new AgentService({ db, identity, network, engine, serving, name, log: log.child({ part: 'agent' }) }, config.agent)
     await agent.start()   // registers the agent protocol, served once the network starts
+    // The agent's name and capabilities; peers build their agent directory from the records they verified.
+    network.advertise('agent', () => agent.advertisedProfile())
     cleanups.unshift(() => { agent.stop() })
 
     keepAwake.set(settings.get().keep_awake)
@@ -250,6 +258,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       models,
       network,
       networkAddresses: () => networkListener.addresses(),
+      demand,
       close: () => (closing ??= runCleanups(cleanups, log))
     }
   } catch (err) {

@@ -17,3 +17,7 @@ export {
   DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError, InvalidModelIDError,
   ModelNotFoundError, ModelNotDownloadedError, StorageBudgetError, InsufficientDiskError, SameFileError
 } from './errors.ts'
+export { DemandTracker, DEMAND_HALF_LIFE_MS, MAX_DEMAND_ENTRIES } from './demand.ts'
+export type { DemandEntry } from './demand.ts'
+export { DemandDrivenModels, PEER_DEMAND_CAP } from './demand-driven-models.ts'
+export type { DemandDrivenModelsDeps, DemandDrivenModelsOptions, DemandDecision, OwnDemand, DemandPeers, ManagedModels } from './demand-driven-models.ts'

@@ -1,27 +1,30 @@
-import type { PeerId, Stream } from '@libp2p/interface'
-import type { Libp2p } from 'libp2p'
+import type { Stream } from '@libp2p/interface'
 import { z } from 'zod'
 import { NodeID, type NodeIdentity } from '../identity/index.ts'
-import { ProtocolError, SignedEnvelope, openEnvelope, requestOnStream, serveRequest, signEnvelope } from '../wire/index.ts'
-import { openStream } from './peer-ids.ts'
+import { MAX_DEMAND_ENTRIES } from '../models/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, readRequest, requestOnStream, writeMessage, signEnvelope } from '../wire/index.ts'
 
-// What a node offers its peers, signed by its node key and fetched by each peer when it connects and at every
-// heartbeat. Signed although it comes over an authenticated connection: a record can then be shown to a third party
-// (or relayed) and still prove who made it, and a forged one is refused the same way whatever path it took.
-export const CAPABILITIES_PROTOCOL = '/meshnode/capabilities/1.0.0'   // new version on any wire change
+// What a node offers its peers, signed by its node key. A peer fetches it once when it connects (`get`); after that
+// the node pushes it to its peers whenever it changes (`push`), with a version number one higher: nobody re-fetches a
+// record that has not changed. Signed although it comes over an authenticated connection: a record can then be shown
+// to a third party (or relayed) and still prove who made it, and a forged one is refused the same way whatever path
+// it took.
+export const CAPABILITIES_PROTOCOL = '/meshnode/capabilities/2.0.0'   // new version on any wire change
 export const MAX_CAPABILITIES_REQUEST_BYTES = 1024
 /** A record with 256 model ids, 32 PTN certificates and an agent profile, with room to spare. */
 export const MAX_CAPABILITIES_RECORD_BYTES = 256 * 1024
 export const CAPABILITIES_READ_TIMEOUT_MS = 10_000
 export const MAX_ADVERTISED_MODELS = 256
+/** What a peer accepts in one record; a node in more PTNs advertises the certificates it uses most (issue 14). */
 export const MAX_ADVERTISED_CERTIFICATES = 32
-export const MAX_DEMAND_ENTRIES = 64
 export const MAX_INBOUND_CAPABILITIES_STREAMS = 4
 
 export const ModelIDString = z.string().min(1).max(512)
 
 export const CapabilityRecord = z.object({
   nodeID: NodeID,
+  /** One higher at every change this node makes to its record; a peer keeps the highest it has seen. */
+  version: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
   name: z.string().min(1).max(128),
   /** The model this node serves now, and every model it has on disk (which it could load). */
   models: z.object({
@@ -51,12 +54,18 @@ export const CapabilityRecord = z.object({
   agent: z.record(z.string(), z.json()).nullable(),
   /** Models this node was asked for and could not serve, with how often (issue 4, demand-driven models). */
   demand: z.array(z.object({ modelID: ModelIDString, requests: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER) })).max(MAX_DEMAND_ENTRIES),
-  /** Unix ms when the node signed it; a peer never accepts a record older than one it already has. */
+  /** Unix ms when the node signed it. */
   timestamp: z.number().int().nonnegative()
 })
 export type CapabilityRecord = z.infer<typeof CapabilityRecord>
 
-const CapabilitiesRequest = z.object({ type: z.literal('get') })
+const CapabilitiesRequest = z.discriminatedUnion('type', [
+  /** Send me your current record. */
+  z.object({ type: z.literal('get') }),
+  /** My record changed: here it is. */
+  z.object({ type: z.literal('push'), record: SignedEnvelope })
+])
+const PushAnswer = z.object({ type: z.literal('ok') })
 
 export function signCapabilities (identity: NodeIdentity, record: CapabilityRecord): SignedEnvelope<CapabilityRecord> {
   return signEnvelope(identity, record, { domain: CAPABILITIES_PROTOCOL })
@@ -69,18 +78,41 @@ export function openCapabilities (envelope: unknown, nodeID: string): Capability
   return record
 }
 
-/** Answers one `get` with this node's current signed record. */
-export function createCapabilitiesHandler (current: () => SignedEnvelope<CapabilityRecord>): (stream: Stream) => Promise<void> {
-  return async (stream) => {
-    await serveRequest(stream, CapabilitiesRequest, () => current(), { maxRequestBytes: MAX_CAPABILITIES_REQUEST_BYTES, maxAnswerBytes: MAX_CAPABILITIES_RECORD_BYTES, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS })
+export interface CapabilitiesHandlerDeps {
+  /** This node's current signed record. */
+  current: () => SignedEnvelope<CapabilityRecord>
+  /** A peer pushed its record, verified (signed by that peer, naming it). */
+  received: (nodeID: string, record: CapabilityRecord) => void
+}
+
+/**
+ * Answers a `get` with this node's current record, and takes a `push` of the remote peer's. A record that does not
+ * verify throws ProtocolError: the network resets the stream and bans the sender.
+ */
+export function createCapabilitiesHandler (deps: CapabilitiesHandlerDeps): (stream: Stream, peer: { nodeID: string }) => Promise<void> {
+  return async (stream, peer) => {
+    const { frames, request } = await readRequest(stream, CapabilitiesRequest, { maxRequestBytes: MAX_CAPABILITIES_RECORD_BYTES, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS })
+    if (request.type === 'get') {
+      await writeMessage(frames, deps.current())
+    } else {
+      deps.received(peer.nodeID, openCapabilities(request.record, peer.nodeID))
+      await writeMessage(frames, { type: 'ok' })
+    }
+    await stream.close()
   }
 }
 
-/** Fetches and verifies a peer's record. Throws `ProtocolError` for a malformed, oversized or forged one. */
-export async function fetchCapabilities (host: Libp2p, peer: PeerId, nodeID: string, options: { signal?: AbortSignal } = {}): Promise<CapabilityRecord> {
-  const stream = await openStream(host, peer, CAPABILITIES_PROTOCOL, options)
+/** Fetches and verifies a peer's record on an open stream. Throws `ProtocolError` for a malformed, oversized or forged one. */
+export async function fetchCapabilities (stream: Stream, nodeID: string, options: { signal?: AbortSignal } = {}): Promise<CapabilityRecord> {
   const envelope = await requestOnStream(stream, { type: 'get' }, SignedEnvelope, {
     signal: options.signal, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS, maxRequestBytes: MAX_CAPABILITIES_REQUEST_BYTES, maxAnswerBytes: MAX_CAPABILITIES_RECORD_BYTES
   })
   return openCapabilities(envelope, nodeID)
+}
+
+/** Pushes this node's record to a peer on an open stream; resolves once the peer took it. */
+export async function pushCapabilities (stream: Stream, envelope: SignedEnvelope<CapabilityRecord>, options: { signal?: AbortSignal } = {}): Promise<void> {
+  await requestOnStream(stream, { type: 'push', record: envelope }, PushAnswer, {
+    signal: options.signal, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS, maxRequestBytes: MAX_CAPABILITIES_RECORD_BYTES, maxAnswerBytes: MAX_CAPABILITIES_REQUEST_BYTES
+  })
 }

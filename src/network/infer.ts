@@ -6,7 +6,7 @@ import type { ChatEvent, ChatRequest } from '../inference/index.ts'
 import { ModelIDString } from './capabilities.ts'
 import type { PeerGeneration } from '../serving/index.ts'
 import { askPeer, batchesWithKeepAlives, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
-import type { RemotePeer } from './peer-network.ts'
+import type { RemotePeer } from './protocol-registry.ts'
 
 // Remote inference: a node asks a peer to run a chat request on the peer's loaded model. One stream per request:
 // the requester sends one request frame and half-closes; the server answers with keep-alive frames while the request

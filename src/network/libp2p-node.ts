@@ -47,6 +47,11 @@ export interface PeerHostOptions {
   denyPeer?: (peer: PeerId) => boolean
   /** LAN discovery by mDNS (CONTRACT §6 `cluster_enabled`). @default false */
   mdns?: boolean
+  /**
+   * How often libp2p's connection monitor pings every connection: each connection's `rtt` (the peers' latency), and a
+   * connection whose ping fails is closed, which is how a dead peer leaves the table. @default 10_000
+   */
+  pingIntervalMs?: number
   log?: Logger
 }
 
@@ -62,10 +67,14 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     peerDiscovery: options.mdns === true ? [mdns()] : [],
+    // A ping slower than this fails and closes the connection: generous, so that a machine under load keeps its peers.
+    connectionMonitor: { pingInterval: options.pingIntervalMs ?? 10_000, pingTimeout: { minTimeout: 10_000 } },
     connectionGater: options.denyPeer == null
       ? undefined
       : { denyDialPeer: options.denyPeer, denyInboundEncryptedConnection: options.denyPeer, denyOutboundEncryptedConnection: options.denyPeer },
-    services: { identify: identify(), ping: ping(), lanPresence: lanPresence(options.lan) }
+    // The connection monitor pings on the ping protocol too, both ways: room for its pings and our one first ping at
+    // once, and for pings still closing on a busy machine, or a ping is refused and the monitor closes the connection.
+    services: { identify: identify(), ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }), lanPresence: lanPresence(options.lan) }
   })
   log.info({ peerId: host.peerId.toString(), addrs: host.getMultiaddrs().map(String) }, 'libp2p host started')
   return host

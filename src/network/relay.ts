@@ -89,7 +89,7 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
     connectionManager: { inboundConnectionThreshold: RELAY_INBOUND_CONNECTIONS_PER_SECOND },
     services: {
       identify: identify(),
-      ping: ping(),
+      ping: ping({ maxInboundStreams: 8 }),   // every node's connection monitor pings the relay too
       relay: circuitRelayServer({
         reservations: limits == null
           ? { maxReservations: RELAY_MAX_RESERVATIONS, applyDefaultLimit: false }

@@ -5,12 +5,11 @@ import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedChatR
 import type { InferenceCharge, InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
 import { RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
-import type { PeerInfo } from './peer-network.ts'
+import type { PeerInfo } from './peer-table.ts'
 
 /** What the router uses of the peer network (`PeerNetwork` has it). */
 export interface RouterNetwork extends PeerStreams {
   peers (): PeerInfo[]
-  recordDemand (modelID: string): void
 }
 
 /**
@@ -25,6 +24,8 @@ export interface PeerRouterDeps {
   /** Runs requests on this node's engine (`LocalRouter`). */
   local: Pick<LocalRouter, 'route' | 'models' | 'serves' | 'notServed'>
   network: RouterNetwork
+  /** Counts a request for a model nobody serves (the models' demand tracker). */
+  demand: { record (modelID: string): void }
   settings: { get (): { inference_backend: string } }
   sameModel: (a: string, b: string) => boolean
   billing?: InferenceBilling
@@ -61,7 +62,7 @@ export class PeerRouter implements ChatRouter {
     }
     const candidates = this.candidates(request.modelID, options.ptnID ?? null)
     if (candidates.length === 0) {
-      this.#deps.network.recordDemand(request.modelID)
+      this.#deps.demand.record(request.modelID)
       const where = options.ptnID == null ? 'no peer serves it' : `no member of PTN ${options.ptnID} serves it`
       // 503 where the model exists but the rules keep the request from it; 404 only where nobody has it at all.
       if (peersOnly) throw new UnavailableError(`Model ${request.modelID}: inference_backend is "peers" and ${where}`)

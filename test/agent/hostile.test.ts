@@ -5,17 +5,15 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { test, type TestContext } from 'node:test'
 import { multiaddr } from '@multiformats/multiaddr'
-import { pino } from 'pino'
 import { AGENT_PROTOCOL, AgentReplyFrame, openAgentMessage, signAgentMessage, type AgentMessage } from '../../src/agent/index.ts'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
-import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
+import type { CapabilityRecord } from '../../src/network/capabilities.ts'
 import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/wire/index.ts'
-import { createPeerHost, handleProtocol, nodeIDToPeerId, type PeerHost } from '../../src/network/libp2p-node.ts'
+import { nodeIDToPeerId, type PeerHost } from '../../src/network/libp2p-node.ts'
 import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 import { FAST_NETWORK, startTestRelay, wanSettings } from '../support/network.ts'
 import { waitFor, type TestNode } from '../support/node.ts'
-
-const log = pino({ level: 'silent' })
+import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 interface Raw {
   identity: NodeIdentity
@@ -23,30 +21,11 @@ interface Raw {
 }
 
 async function rawPeer (t: TestContext, options: { agent?: CapabilityRecord['agent'] } = {}): Promise<Raw> {
-  const identity = identityFromSeed(generateSeed())
-  const host = await createPeerHost(identity, { listen: ['/ip4/127.0.0.1/tcp/0'], log })
-  t.after(() => host.stop())
-  if (options.agent !== undefined) {
-    // Answers capability fetches like a node (so it enters the peer table), but has no agent protocol.
-    const agent = options.agent
-    await handleProtocol(host, CAPABILITIES_PROTOCOL, createCapabilitiesHandler(() => signCapabilities(identity, record(identity, agent))), { maxInboundStreams: 4 })
-  }
-  return { identity, host }
-}
-
-function record (identity: NodeIdentity, agent: CapabilityRecord['agent']): CapabilityRecord {
-  return {
-    nodeID: identity.nodeID,
-    name: 'raw',
-    models: { loaded: 'some-model', downloaded: ['some-model'] },
-    capacity: { slots: 1, busySlots: 0, queued: 0, reservedSlots: 0 },
-    pricePer1kTokensMicro: 0,
-    hardware: { cpu: 'x', cores: 1, memoryGB: 1, gpu: null },
-    ptnCertificates: [],
-    agent,
-    demand: [],
-    timestamp: Date.now()
-  }
+  const raw = await standInHost(t)
+  // Answers capability fetches like a node (so it enters the peer table), but has no agent protocol.
+  const agent = options.agent
+  if (agent !== undefined) await serveRecord(raw, () => standInRecord(raw.identity, { name: 'raw', agent }))
+  return raw
 }
 
 /** Dials the node directly; retried, as libp2p takes only a few new connections per second from one address. */

@@ -1,13 +1,11 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
-import { rm } from 'node:fs/promises'
-import { DatabaseSync } from 'node:sqlite'
 import { join } from 'node:path'
 import OpenAI from 'openai'
-import { MIGRATIONS } from '../../src/store/migrations.ts'
 import { runCli } from '../support/cli.ts'
 import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+import { olderDatabase, versionBefore } from '../support/database.ts'
 import { startTestNode } from '../support/node.ts'
 
 /** Admin routes an inference key must not reach, one or more per resource. */
@@ -94,16 +92,9 @@ test('generate refuses an unknown or wrong-typed scope and creates nothing', asy
 test('keys made before scopes existed are admin keys after the migration', async (t) => {
   const first = await startTestNode(t)
   await first.node.close()
-  // The database as the version before scoped keys left it (built from the migrations before that one), with a key
-  const path = join(first.dataDir, 'meshnode.db')
-  for (const file of ['', '-wal', '-shm']) await rm(path + file, { force: true })
-  const scoped = MIGRATIONS.findIndex((sql) => sql.includes('ADD COLUMN scope'))
-  assert.ok(scoped > 0)
-  const db = new DatabaseSync(path)
-  db.exec('CREATE TABLE schema_version (version INTEGER NOT NULL)')
-  for (const sql of MIGRATIONS.slice(0, scoped)) db.exec(sql)
-  db.prepare('INSERT INTO schema_version (version) VALUES (?)').run(scoped)
   const key = 'mn_' + 'k'.repeat(43)
+  // The database as the version before scoped keys left it: no scope column, one key.
+  const db = olderDatabase(join(first.dataDir, 'meshnode.db'), versionBefore('ADD COLUMN scope'))
   db.prepare('INSERT INTO api_keys (id, name, hash, prefix, created) VALUES (?, ?, ?, ?, ?)')
     .run('00000000-0000-4000-8000-000000000001', 'old', createHash('sha256').update(key).digest('hex'), 'mn_kkkkkkkkk...kkkk', new Date().toISOString())
   db.close()

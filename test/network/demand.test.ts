@@ -25,7 +25,7 @@ test('demand-driven models: a node with auto_manage_models fetches and serves th
     const res = await asker.api.post('/v1/chat/completions', { model: MODEL, messages: hello, max_tokens: 2 })
     assert.equal(res.status, 404)
   }
-  assert.deepEqual(asker.node.network.demand(), [{ modelID: MODEL, requests: 3 }])
+  assert.deepEqual(asker.node.demand.list(), [{ modelID: MODEL, requests: 3 }])
   await waitFor(() => provider.node.network.peer(asker.nodeID)?.record.demand.some(d => d.modelID === MODEL && d.requests === 3), { what: 'the provider to see the demand' })
   // With auto_manage_models off, demand alone changes nothing.
   assert.equal((await provider.api.get('/v1/app')).body.model, null)

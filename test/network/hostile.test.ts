@@ -3,31 +3,24 @@ import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { multiaddr } from '@multiformats/multiaddr'
 import OpenAI from 'openai'
-import { pino } from 'pino'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
 import { CAPABILITIES_PROTOCOL, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
 import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/wire/index.ts'
 import { INFER_PROTOCOL } from '../../src/network/infer.ts'
-import { createPeerHost, handleProtocol, peerIdFromIdentity, type PeerHost } from '../../src/network/libp2p-node.ts'
+import { handleProtocol, peerIdFromIdentity } from '../../src/network/libp2p-node.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings } from '../support/network.ts'
+import { standInHost, standInRecord, type StandIn } from '../support/stand-in.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 import { z } from 'zod'
 
 const MODEL = 'tiny-chat'
-const log = pino({ level: 'silent' })
 
-interface Hostile {
-  identity: NodeIdentity
-  host: PeerHost
-}
+type Hostile = StandIn
 
 /** A raw libp2p host with a node key of its own, speaking our protocols badly on purpose. */
 async function hostilePeer (t: TestContext): Promise<Hostile> {
-  const identity = identityFromSeed(generateSeed())
-  const host = await createPeerHost(identity, { listen: ['/ip4/127.0.0.1/tcp/0'], log })
-  t.after(() => host.stop())
-  return { identity, host }
+  return await standInHost(t)
 }
 
 function directAddrs (node: TestNode): ReturnType<typeof multiaddr>[] {
@@ -49,19 +42,7 @@ async function connect (hostile: Hostile, node: TestNode): Promise<void> {
 }
 
 function record (identity: NodeIdentity, overrides: Partial<CapabilityRecord> = {}): CapabilityRecord {
-  return {
-    nodeID: identity.nodeID,
-    name: 'hostile',
-    models: { loaded: MODEL, downloaded: [MODEL] },
-    capacity: { slots: 8, busySlots: 0, queued: 0, reservedSlots: 0 },
-    pricePer1kTokensMicro: 0,
-    hardware: { cpu: 'x', cores: 1, memoryGB: 1, gpu: null },
-    ptnCertificates: [],
-    agent: null,
-    demand: [],
-    timestamp: Date.now(),
-    ...overrides
-  }
+  return standInRecord(identity, { name: 'hostile', models: { loaded: MODEL, downloaded: [MODEL] }, capacity: { slots: 8, busySlots: 0, queued: 0, reservedSlots: 0 }, ...overrides })
 }
 
 /** The node dropped the hostile peer and refuses it from now on. */

@@ -34,12 +34,14 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
   const relay = await startTestRelay(t)
   // A long context lets a serving peer's one slot stay busy for a while (the tiny model never stops on its own).
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7, contextLength: 4096 })
-  // A's heartbeat is slow on purpose: its view of its peers' load and latency stays what it fetched first, so it keeps
-  // choosing the same peer even while that peer's only slot is taken; that is how the test makes the first chosen
-  // peer hold a request. Which of B and C that is depends on the measured latencies (then on price), so the test asks.
-  const a = await startPeer(t, relay, { config: { network: { ...FAST_NETWORK, heartbeatIntervalMs: 60_000 } } })
-  const b = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 0 }, config: { slots: 1, contextSize: 4096 } })
-  const c = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 1000 }, config: { slots: 1, contextSize: 4096 } })
+  // B and C push a change of their load alone only after ten minutes, and A measures their latency once, on purpose:
+  // A's view of their load and latency stays what it saw first, so it keeps choosing the same peer even while that
+  // peer's only slot is taken; that is how the test makes the first chosen peer hold a request. Which of B and C that
+  // is depends on the measured latencies (then on price), so the test asks.
+  const servers = { slots: 1, contextSize: 4096, network: { ...FAST_NETWORK, loadPushIntervalMs: 600_000 } }
+  const a = await startPeer(t, relay, { config: { network: { ...FAST_NETWORK, pingIntervalMs: 600_000 } } })
+  const b = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 0 }, config: servers })
+  const c = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 1000 }, config: servers })
   await Promise.all([waitForPeers(a, [b.nodeID, c.nodeID]), waitForPeers(b, [a.nodeID, c.nodeID]), waitForPeers(c, [a.nodeID, b.nodeID])])
   const openai = openaiFor(a)
   // /v1/models names the best peer for each model: the one requests go to first.

@@ -3,7 +3,6 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
-import { DatabaseSync } from 'node:sqlite'
 import { test } from 'node:test'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { ApiKeys } from '../../src/keys/index.ts'
@@ -11,17 +10,8 @@ import { SettingsStore } from '../../src/settings/index.ts'
 import { openDatabase } from '../../src/store/index.ts'
 import { MIGRATIONS } from '../../src/store/migrations.ts'
 import { Ledger, signTransfer, storedEnvelope } from '../../src/wallet/index.ts'
+import { olderDatabase, versionBefore } from '../support/database.ts'
 import { tempDir } from '../support/node.ts'
-
-/** A database file as a meshnode of schema `version` left it: its migrations applied, nothing newer. */
-function olderDatabase (path: string, version: number): DatabaseSync {
-  const db = new DatabaseSync(path)
-  db.exec('PRAGMA journal_mode = WAL')
-  db.exec('CREATE TABLE schema_version (version INTEGER NOT NULL)')
-  db.prepare('INSERT INTO schema_version (version) VALUES (?)').run(version)
-  for (const sql of MIGRATIONS.slice(0, version)) db.exec(sql)
-  return db
-}
 
 test('a database of the first schema version migrates to the newest and keeps its settings and keys', async (t) => {
   const path = join(await tempDir(t), 'meshnode.db')
@@ -40,13 +30,13 @@ test('a database of the first schema version migrates to the newest and keeps it
   assert.deepEqual(db.prepare('SELECT id FROM agent_profile').all().map((row) => ({ ...row })), [{ id: 1 }])
 })
 
-test('transfers stored as envelope JSON (schema 5) become checked fields and a signature, and verify again when read back', async (t) => {
+test('transfers stored as envelope JSON become checked fields and a signature, and verify again when read back', async (t) => {
   const path = join(await tempDir(t), 'meshnode.db')
   const me = identityFromSeed(generateSeed())
   const peer = identityFromSeed(generateSeed())
   const out = { id: randomUUID(), from: me.nodeID, to: peer.nodeID, amountMicro: 1_500_000, memo: 'lunch', createdAt: new Date().toISOString() }
   const inc = { id: randomUUID(), from: peer.nodeID, to: me.nodeID, amountMicro: 2_000_000, memo: 'ü'.repeat(3), createdAt: new Date().toISOString() }
-  const old = olderDatabase(path, 5)
+  const old = olderDatabase(path, versionBefore('wallet_transfers_v6'))
   const insert = old.prepare('INSERT INTO wallet_transfers (id, direction, peer_id, amount_micro, envelope, state, attempts) VALUES (?, ?, ?, ?, ?, ?, ?)')
   insert.run(out.id, 'outgoing', peer.nodeID, out.amountMicro, JSON.stringify(signTransfer(me, out)), 'pending', 3)
   insert.run(inc.id, 'incoming', peer.nodeID, inc.amountMicro, JSON.stringify(signTransfer(peer, inc)), 'received', 0)

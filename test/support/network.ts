@@ -7,9 +7,11 @@ import { generateSeed } from '../../src/identity/index.ts'
 import { startRelay, type RunningRelay } from '../../src/network/relay.ts'
 import { startTestNode, waitFor, type TestNode } from './node.ts'
 
-/** Heartbeats and WAN syncs fast enough for a test to see peers come and go within a second or two. */
+/** Pings, record checks and WAN syncs fast enough for a test to see peers come and go within a second or two. */
 export const FAST_NETWORK: NonNullable<NodeConfig['network']> = {
-  heartbeatIntervalMs: 300,
+  pingIntervalMs: 1_000,
+  recordCheckMs: 100,
+  loadPushIntervalMs: 300,
   mdnsQueryIntervalMs: 500,
   wan: { syncIntervalMs: 1_000, fastSyncMs: 200, minBackoffMs: 100, maxBackoffMs: 1_000, dialTimeoutMs: 3_000, reservationTimeoutMs: 3_000 }
 }

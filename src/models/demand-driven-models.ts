@@ -1,16 +1,19 @@
 import { totalmem } from 'node:os'
 import { setTimeout as delay } from 'node:timers/promises'
 import type { Logger } from 'pino'
-import type { PeerInfo } from './peer-network.ts'
+import type { PeerInfo } from '../network/index.ts'
+import type { DemandEntry } from './demand.ts'
 
 /** Most requests one peer's advertised demand counts for, per model. */
 export const PEER_DEMAND_CAP = 20
 
-/** What this part uses of the peer network. */
-export interface DemandSource {
-  /** This node's own unserved requests (its users' and its peers' asks). */
-  demand (): Array<{ modelID: string, requests: number }>
-  /** Peers, each advertising its own demand and the model it serves. */
+/** What this part uses of the demand tracker: this node's own unserved requests (its users' and its peers' asks). */
+export interface OwnDemand {
+  list (): DemandEntry[]
+}
+
+/** What this part uses of the peer network: peers, each advertising its own demand and the model it serves. */
+export interface DemandPeers {
   peers (): PeerInfo[]
 }
 
@@ -24,7 +27,8 @@ export interface ManagedModels {
 }
 
 export interface DemandDrivenModelsDeps {
-  network: DemandSource
+  demand: OwnDemand
+  network: DemandPeers
   models: ManagedModels
   engine: { stats (): { busySlots: number, queued: number } }
   settings: { get (): { auto_manage_models: boolean } }
@@ -108,7 +112,7 @@ export class DemandDrivenModels {
       else entry.requests += requests
     }
     const peers = this.#deps.network.peers()
-    for (const entry of this.#deps.network.demand()) add(entry.modelID, entry.requests)
+    for (const entry of this.#deps.demand.list()) add(entry.modelID, entry.requests)
     // One peer's word weighs at most PEER_DEMAND_CAP requests per model: a peer cannot steer our downloads alone.
     for (const peer of peers) for (const entry of peer.record.demand) add(entry.modelID, Math.min(entry.requests, PEER_DEMAND_CAP))
     const served = [this.#deps.models.loadedModel()?.modelID, ...peers.map(p => p.record.models.loaded)].filter((id): id is string => id != null)

@@ -1,0 +1,188 @@
+import type { Logger } from 'pino'
+import type { NodeIdentity } from '../identity/index.ts'
+import type { HardwareInfo } from '../system/hardware.ts'
+import { backoffDelayMs, canonicalJson, type SignedEnvelope } from '../wire/index.ts'
+import { MAX_DEMAND_ENTRIES } from '../models/index.ts'
+import { MAX_ADVERTISED_CERTIFICATES, MAX_ADVERTISED_MODELS, signCapabilities, type CapabilityRecord } from './capabilities.ts'
+
+/** The parts of the record other domains supply: each is the business of the domain that owns it. */
+export type RecordParts = Pick<CapabilityRecord, 'models' | 'capacity' | 'pricePer1kTokensMicro' | 'ptnCertificates' | 'agent' | 'demand'>
+export type RecordPart = keyof RecordParts
+
+/** What a part is worth until its domain contributes it. */
+const DEFAULT_PARTS: RecordParts = {
+  models: { loaded: null, downloaded: [] },
+  capacity: { slots: 0, busySlots: 0, queued: 0, reservedSlots: 0 },
+  pricePer1kTokensMicro: 0,
+  ptnCertificates: [],
+  agent: null,
+  demand: []
+}
+
+export interface RecordAdvertiserDeps {
+  identity: NodeIdentity
+  name: string
+  hardware: HardwareInfo
+  /** The peers the record goes to when it changes. */
+  peers (): string[]
+  /** Pushes the record to one peer; throws when the peer did not take it. */
+  push (nodeID: string, envelope: SignedEnvelope<CapabilityRecord>, options: { signal: AbortSignal }): Promise<void>
+  log: Logger
+}
+
+export interface RecordAdvertiserOptions {
+  /** How often the contributed parts are looked at for a change (no traffic unless one changed). @default 1_000 */
+  checkIntervalMs?: number
+  /**
+   * A change of the load alone (busy slots, queue) goes out at most this often: it changes with every request, and
+   * peers only use it to rank. Any other change goes out at once. @default 5_000
+   */
+  loadPushIntervalMs?: number
+  /** Retry of a push that failed, doubling to 30 s, while the peer stays in the table. @default 500 */
+  minRetryMs?: number
+}
+
+/**
+ * This node's capability record, built from the parts other domains contribute once they are built (models, load,
+ * price, PTN certificates, agent profile, demand), signed, and pushed to every peer with a version one higher whenever
+ * a part changes. Peers fetch it once when they connect; there is no periodic re-fetch.
+ */
+export class RecordAdvertiser {
+  readonly #deps: RecordAdvertiserDeps
+  readonly #checkIntervalMs: number
+  readonly #loadPushIntervalMs: number
+  readonly #minRetryMs: number
+  readonly #parts = new Map<RecordPart, () => unknown>()
+  /** Versions start at the clock, so a restarted node's records are newer than the ones before. */
+  #version = Date.now()
+  #signed: SignedEnvelope<CapabilityRecord> | null = null
+  /** Canonical JSON of the parts signed last, whole and without the load. */
+  #lastParts = ''
+  #lastRest = ''
+  #changedAt = 0
+  /** The version last pushed to the peers. */
+  #pushedVersion = 0
+  readonly #pushing = new Set<string>()
+  readonly #again = new Set<string>()
+  readonly #retries = new Map<string, NodeJS.Timeout>()
+  #timer: NodeJS.Timeout | null = null
+  #shutdown: AbortController | null = null
+
+  constructor (deps: RecordAdvertiserDeps, options: RecordAdvertiserOptions = {}) {
+    this.#deps = deps
+    this.#checkIntervalMs = options.checkIntervalMs ?? 1_000
+    this.#loadPushIntervalMs = options.loadPushIntervalMs ?? 5_000
+    this.#minRetryMs = options.minRetryMs ?? 500
+  }
+
+  /** A domain's part of the record; replaces an earlier contribution of the same part. */
+  contribute<K extends RecordPart> (part: K, value: () => RecordParts[K]): void {
+    this.#parts.set(part, value)
+    this.#check(false)
+  }
+
+  /** The current record, signed: what a peer that connects fetches. */
+  current (): SignedEnvelope<CapabilityRecord> {
+    this.#check(false)
+    return this.#signed ?? this.#sign(this.#collect())
+  }
+
+  /** Starts looking for changes, and pushing them to the peers. */
+  start (): void {
+    if (this.#shutdown != null) return
+    this.#shutdown = new AbortController()
+    this.#timer = setInterval(() => { this.#check(true) }, this.#checkIntervalMs)
+    this.#timer.unref()
+  }
+
+  stop (): void {
+    this.#shutdown?.abort()
+    this.#shutdown = null
+    if (this.#timer != null) clearInterval(this.#timer)
+    this.#timer = null
+    for (const retry of this.#retries.values()) clearTimeout(retry)
+    this.#retries.clear()
+  }
+
+  /** Sends the current record to one peer (one that just came online: it may have fetched an older one). */
+  pushTo (nodeID: string, failures = 0): void {
+    const signal = this.#shutdown?.signal
+    if (signal == null || signal.aborted) return
+    if (this.#pushing.has(nodeID)) {
+      this.#again.add(nodeID)   // the push under way may carry an older version: send again once it is done
+      return
+    }
+    const retry = this.#retries.get(nodeID)
+    if (retry != null) clearTimeout(retry)
+    this.#retries.delete(nodeID)
+    this.#pushing.add(nodeID)
+    this.#deps.push(nodeID, this.current(), { signal }).then(() => {
+      this.#pushing.delete(nodeID)
+      if (this.#again.delete(nodeID)) this.pushTo(nodeID)
+    }, (err: unknown) => {
+      this.#pushing.delete(nodeID)
+      this.#again.delete(nodeID)
+      if (signal.aborted || !this.#deps.peers().includes(nodeID)) return
+      const retryInMs = backoffDelayMs(failures + 1, { minMs: this.#minRetryMs, maxMs: 30_000 })
+      this.#deps.log.debug({ err, nodeID, retryInMs }, 'record push failed; retrying')
+      const timer = setTimeout(() => { this.#retries.delete(nodeID); this.pushTo(nodeID, failures + 1) }, retryInMs)
+      timer.unref()
+      this.#retries.set(nodeID, timer)
+    })
+  }
+
+  /**
+   * Looks at the parts: a change makes a new version (a change of the load alone at most every
+   * `loadPushIntervalMs`); the check loop (`push`) sends every version it has not sent yet to every peer.
+   */
+  #check (push: boolean): void {
+    const parts = this.#collect()
+    const all = canonicalJson(parts)
+    if (all !== this.#lastParts || this.#signed == null) {
+      const rest = canonicalJson({ ...parts, capacity: null })
+      const loadOnly = this.#signed != null && rest === this.#lastRest
+      if (!loadOnly || Date.now() - this.#changedAt >= this.#loadPushIntervalMs) {
+        this.#version++
+        this.#sign(parts)
+        this.#lastParts = all
+        this.#lastRest = rest
+        this.#changedAt = Date.now()
+      }
+    }
+    if (!push || this.#version === this.#pushedVersion) return
+    this.#pushedVersion = this.#version
+    for (const nodeID of this.#deps.peers()) this.pushTo(nodeID)
+  }
+
+  #sign (parts: RecordParts): SignedEnvelope<CapabilityRecord> {
+    const record: CapabilityRecord = {
+      nodeID: this.#deps.identity.nodeID,
+      version: this.#version,
+      name: this.#deps.name,
+      ...parts,
+      hardware: { ...this.#deps.hardware },
+      timestamp: Date.now()
+    }
+    this.#signed = signCapabilities(this.#deps.identity, record)
+    return this.#signed
+  }
+
+  #collect (): RecordParts {
+    const parts = { ...DEFAULT_PARTS }
+    for (const [part, value] of this.#parts) {
+      try {
+        (parts as Record<RecordPart, unknown>)[part] = value()
+      } catch (err) {
+        // One domain's failure must not take the whole record down; its part keeps its default meanwhile.
+        this.#deps.log.error({ err, part }, 'a part of the capability record failed')
+      }
+    }
+    // What peers accept, whatever a domain hands in: a record over these limits would be refused whole.
+    return {
+      ...parts,
+      models: { loaded: parts.models.loaded, downloaded: parts.models.downloaded.slice(0, MAX_ADVERTISED_MODELS) },
+      ptnCertificates: parts.ptnCertificates.slice(0, MAX_ADVERTISED_CERTIFICATES),
+      demand: parts.demand.slice(0, MAX_DEMAND_ENTRIES)
+    }
+  }
+}
