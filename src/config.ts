@@ -8,6 +8,7 @@ import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
 import type { GpuChoice } from './inference/gpu.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS } from './inference/index.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
@@ -82,9 +83,9 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     dataDir: defaultDataDir(),
     name: null,
     threads: null,
-    slots: 2,
-    queueSize: 16,
-    contextSize: 4096,
+    slots: DEFAULT_SLOTS,
+    queueSize: DEFAULT_QUEUE_SIZE,
+    contextSize: DEFAULT_CONTEXT_SIZE,
     shutdownGraceMs: 10_000,
     resetIdentity: false,
     allowedOrigins: [],

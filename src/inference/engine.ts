@@ -37,11 +37,11 @@ export interface LocalEngineDeps {
 export interface LocalEngineOptions {
   /** llama.cpp threads. Default: `os.availableParallelism() - 1`, between 1 and 4 (more oversubscribes small machines). */
   threads?: number
-  /** Generations that run in parallel, each on its own context sequence. Default 2. */
+  /** Generations that run in parallel, each on its own context sequence. @default DEFAULT_SLOTS (2) */
   slots?: number
-  /** Requests that may wait for a slot; the next one gets QueueFullError. Default 16. */
+  /** Requests that may wait for a slot; the next one gets QueueFullError. @default DEFAULT_QUEUE_SIZE (16) */
   queueSize?: number
-  /** Tokens one request may use, prompt and answer together. Default 2048, capped at the model's training context. */
+  /** Tokens one request may use, prompt and answer together, capped at the model's training context. @default DEFAULT_CONTEXT_SIZE (4096) */
   contextSize?: number
 }
 
@@ -79,9 +79,12 @@ export interface EngineStats {
   queued: number
 }
 
-const DEFAULT_SLOTS = 2
-const DEFAULT_QUEUE_SIZE = 16
-const DEFAULT_CONTEXT_SIZE = 2048
+/** Generations one loaded model runs at once: the node's default too (src/config.ts, `serve --slots`). */
+export const DEFAULT_SLOTS = 2
+/** Requests that may wait for a slot before the next gets QueueFullError: the node's default too. */
+export const DEFAULT_QUEUE_SIZE = 16
+/** Tokens one request may use, prompt and answer together, unless the model was trained with fewer: the node's default too. */
+export const DEFAULT_CONTEXT_SIZE = 4096
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
 

@@ -1,4 +1,4 @@
-export { LocalEngine } from './engine.ts'
+export { LocalEngine, DEFAULT_SLOTS, DEFAULT_QUEUE_SIZE, DEFAULT_CONTEXT_SIZE } from './engine.ts'
 export type { LocalEngineDeps, LocalEngineOptions, LoadOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
 export type {
   ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent,
@@ -9,7 +9,7 @@ export { LocalRouter } from './local-router.ts'
 export type { LocalRouterDeps, LocalModel, LocalModels } from './local-router.ts'
 export { QueueFullError, NoModelLoadedError, ModelLoadError, ModelSwappedError, InvalidGenerationRequestError } from './errors.ts'
 export { getSharedLlama, defaultInferenceThreads } from './llama.ts'
-export { MAX_STOP_STRINGS, MAX_LOGIT_BIAS } from './sampling.ts'
+export { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_LOGIT_BIAS } from './sampling.ts'
 export { MAX_EMBEDDING_INPUTS } from './embeddings.ts'
 export { MAX_TOOLS } from './tools.ts'
 export { Accelerator, GpuSetupError, GPU_CHOICES, gpuPackages, installedGpuBackends, nodeLlamaCppVersion, planGpu } from './gpu.ts'

@@ -8,8 +8,10 @@ import { llamaModule } from './llama.ts'
 // defaults and refusals, turned into node-llama-cpp's terms.
 
 const DEFAULT_TEMPERATURE = 1 // OpenAI's documented default; node-llama-cpp's own default (0) would be greedy
-/** Most stop strings one request may give (the HTTP API allows fewer, as OpenAI does). */
-export const MAX_STOP_STRINGS = 16
+/** Stop strings one request may give: OpenAI's limit, and the same at the HTTP edge, on the wire and in the engine. */
+export const MAX_STOP_STRINGS = 4
+/** Longest stop string, in UTF-16 code units: far beyond any real one, short enough to match cheaply. */
+export const MAX_STOP_STRING_CHARS = 1024
 /**
  * Temperatures below this sample greedily. Logits divided by a temperature near 1e-38 overflow float32 to infinity,
  * the softmax turns to NaN and llama.cpp picks a token the grammar forbids (issue 14's crash request); a temperature

@@ -2,7 +2,7 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { ChatEvent, ChatRequest } from '../inference/index.ts'
+import { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, type ChatEvent, type ChatRequest } from '../inference/index.ts'
 import { ModelIDString } from './capabilities.ts'
 import type { PeerGeneration } from '../serving/index.ts'
 import { askPeer, batchesWithKeepAlives, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
@@ -42,7 +42,7 @@ export const WireChatRequest = z.object({
   temperature: z.number().nullish(),
   topP: z.number().nullish(),
   topK: z.number().int().nullish(),
-  stop: z.array(z.string().max(1024)).max(16).nullish(),
+  stop: z.array(z.string().max(MAX_STOP_STRING_CHARS)).max(MAX_STOP_STRINGS).nullish(),
   seed: z.number().int().nullish(),
   presencePenalty: z.number().nullish(),
   frequencyPenalty: z.number().nullish(),

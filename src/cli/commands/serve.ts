@@ -3,6 +3,7 @@ import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import type { RunningNode } from '../../node.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS } from '../../inference/index.ts'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
 import { GPU_CHOICES, type GpuChoice } from '../../inference/gpu.ts'
 import { UsageError, logSettings, wholeNumber, withLogOptions } from './common.ts'
@@ -40,9 +41,9 @@ export function registerServe (program: Command): void {
     .option('--data-dir <dir>', 'where the database, node key, models and admin-token live', defaultDataDir())
     .option('--name <name>', 'display name of this node')
     .option('--threads <n>', 'llama.cpp threads (default: one less than the cores, at most 4)')
-    .option('--slots <n>', 'requests the loaded model serves at once (default 2)')
-    .option('--queue-size <n>', 'requests that may wait for a slot before new ones get 429 (default 16)')
-    .option('--context-size <tokens>', 'context tokens per slot, capped at the model\'s own (default 4096)')
+    .option('--slots <n>', `requests the loaded model serves at once (default ${DEFAULT_SLOTS})`)
+    .option('--queue-size <n>', `requests that may wait for a slot before new ones get 429 (default ${DEFAULT_QUEUE_SIZE})`)
+    .option('--context-size <tokens>', `context tokens per slot, capped at the model's own (default ${DEFAULT_CONTEXT_SIZE})`)
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')

@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS } from '../../inference/index.ts'
 import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS } from '../../inference/index.ts'
 
 // The OpenAI wire shapes we accept and answer: chat completions, text completions, embeddings, models, and
@@ -44,7 +45,7 @@ const ToolChoice = z.union([
 ])
 
 const LogitBias = z.record(z.string(), z.number().min(-MAX_LOGIT_BIAS).max(MAX_LOGIT_BIAS))
-const Stop = z.union([z.string().min(1), z.array(z.string().min(1)).max(4)])
+const Stop = z.union([z.string().min(1).max(MAX_STOP_STRING_CHARS), z.array(z.string().min(1).max(MAX_STOP_STRING_CHARS)).max(MAX_STOP_STRINGS)])
 const StreamOptions = z.looseObject({ include_usage: z.boolean().optional() })
 
 /** Sampling parameters chat and text completions share. */
