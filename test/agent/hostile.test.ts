@@ -109,21 +109,12 @@ test('the agent protocol refuses forged, oversized, misaddressed and injected me
   assert.deepEqual(await filed(node), afterHonest)
   assert.equal(node.node.network.isBanned(mallory.identity.nodeID), false)
 
-  // Forged, oversized, misaddressed or misshapen: the stream is reset, the sender banned, and nothing is filed.
+  // Forged: the stream is reset, the sender banned, and nothing is filed. Every kind of forged, oversized,
+  // misaddressed or misshapen message, on stream pairs: test/agent/protocol.test.ts.
   const other = identityFromSeed(generateSeed())
   const forgeries: Array<[string, (raw: Raw) => unknown]> = [
     ['signed by another node, in its name', () => signAgentMessage(other, message(other, node))],
-    ['in another node\'s name, signed by the sender', (raw) => signEnvelope(raw.identity, message(other, node), { domain: AGENT_PROTOCOL })],
-    ['addressed to another node', (raw) => signAgentMessage(raw.identity, { ...message(raw.identity, node), to: other.nodeID })],
-    ['content over 32 KiB', (raw) => signEnvelope(raw.identity, { ...message(raw.identity, node), content: 'x'.repeat(32 * 1024 + 1) }, { domain: AGENT_PROTOCOL })],
-    ['content altered after signing', (raw) => {
-      const signed = signAgentMessage(raw.identity, message(raw.identity, node))
-      return { ...signed, body: { ...signed.body, content: 'Altered' } }
-    }],
-    ['signed for another protocol', (raw) => signEnvelope(raw.identity, message(raw.identity, node), { domain: '/meshnode/transfer/1.0.0' })],
-    ['an answer where a question belongs', (raw) => signAgentMessage(raw.identity, message(raw.identity, node, { inReplyTo: randomUUID() }))],
-    ['an extra field', (raw) => signEnvelope(raw.identity, { ...message(raw.identity, node), bonus: 1 }, { domain: AGENT_PROTOCOL })],
-    ['not an envelope', (raw) => message(raw.identity, node)]
+    ['content over 32 KiB', (raw) => signEnvelope(raw.identity, { ...message(raw.identity, node), content: 'x'.repeat(32 * 1024 + 1) }, { domain: AGENT_PROTOCOL })]
   ]
   for (const [what, make] of forgeries) {
     const raw = await rawPeer(t)

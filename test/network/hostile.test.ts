@@ -3,9 +3,9 @@ import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { multiaddr } from '@multiformats/multiaddr'
 import OpenAI from 'openai'
-import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
+import type { NodeIdentity } from '../../src/identity/index.ts'
 import { CAPABILITIES_PROTOCOL, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
-import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/wire/index.ts'
+import { openFrames, readMessage, writeMessage } from '../../src/wire/index.ts'
 import { INFER_PROTOCOL } from '../../src/network/infer.ts'
 import { handleProtocol, peerIdFromIdentity } from '../../src/network/libp2p-node.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
@@ -69,10 +69,10 @@ test('hostile peers: malformed, oversized, invalid and unsigned or forged messag
   await waitForPeers(client, [server.nodeID])
   const openai = new OpenAI({ baseURL: `${client.node.url}/v1`, apiKey: 'x', maxRetries: 0 })
 
+  // Every kind of bad frame and forged record, on stream pairs: test/network/protocols.test.ts. Here, one of each
+  // through a real node: the ban holds, and the node keeps serving.
   for (const [name, send] of [
-    ['malformed frame (not JSON)', async (frames: ReturnType<typeof openFrames>) => { await frames.lp.write(new TextEncoder().encode('{"modelID": "tiny-chat", ')) }],
-    ['oversized frame (a 3 MiB length prefix)', async (frames: ReturnType<typeof openFrames>) => { await frames.lp.write(new Uint8Array(3 * 1024 * 1024).fill(0x20)) }],
-    ['invalid request (wrong shape)', async (frames: ReturnType<typeof openFrames>) => { await writeMessage(frames, { modelID: MODEL, request: { messages: 'hi' }, ptnID: null }) }]
+    ['oversized frame (a 3 MiB length prefix)', async (frames: ReturnType<typeof openFrames>) => { await frames.lp.write(new Uint8Array(3 * 1024 * 1024).fill(0x20)) }]
   ] as const) {
     await t.test(`${name} on the inference protocol`, async () => {
       const hostile = await hostilePeer(t)
@@ -86,14 +86,7 @@ test('hostile peers: malformed, oversized, invalid and unsigned or forged messag
   }
 
   const forgeries: Array<[string, (hostile: Hostile) => unknown]> = [
-    ['signed by another key', (hostile) => {
-      const other = identityFromSeed(generateSeed())
-      return { ...signEnvelope(other, record(hostile.identity), { domain: CAPABILITIES_PROTOCOL }), signer: hostile.identity.nodeID }
-    }],
-    ['a valid signature over other content', (hostile) => ({ ...signCapabilities(hostile.identity, record(hostile.identity)), body: record(hostile.identity, { pricePer1kTokensMicro: 1 }) })],
-    ['unsigned', (hostile) => ({ body: record(hostile.identity), signer: hostile.identity.nodeID })],
-    ['signed for another protocol', (hostile) => signEnvelope(hostile.identity, record(hostile.identity), { domain: INFER_PROTOCOL })],
-    ['claiming another node', (hostile) => signCapabilities(hostile.identity, record(hostile.identity, { nodeID: server.nodeID }))]
+    ['a valid signature over other content', (hostile) => ({ ...signCapabilities(hostile.identity, record(hostile.identity)), body: record(hostile.identity, { pricePer1kTokensMicro: 1 }) })]
   ]
   for (const [name, forge] of forgeries) {
     await t.test(`a capability record ${name} keeps the peer out of the table`, async () => {
