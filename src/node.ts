@@ -14,7 +14,7 @@ import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { DemandDrivenModels, DemandTracker, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { ServingPolicy } from './serving/index.ts'
 import { AgentService } from './agent/index.ts'
@@ -23,7 +23,7 @@ import { openDatabase, writeFileAtomic, type Database } from './store/index.ts'
 import { availableParallelism } from 'node:os'
 import { detectHardware } from './system/hardware.ts'
 import { KeepAwake } from './system/keep-awake.ts'
-import { Ledger, SolanaWallet, Wallet, microToCredits, pricePer1kTokensMicro } from './wallet/index.ts'
+import { Ledger, SolanaWallet, Wallet, billableTokens, microToCredits, pricePer1kTokensMicro } from './wallet/index.ts'
 
 const DATABASE_FILE = 'meshnode.db'
 /** How often `lastUsed` of API keys and models is written: often enough to be useful, never per request. */
@@ -128,7 +128,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     // Issue 4: requests for a model this node has not loaded go to the best peer that serves it; peers' requests
     // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
     const peerRequests = metrics.counter('meshnode_peer_requests_served_total', 'Generations for peers answered in full: chat requests and agent messages')
-    const peerTokens = metrics.counter('meshnode_peer_tokens_generated_total', 'Tokens generated for peers (what they are billed for)')
+    const peerTokens = metrics.counter('meshnode_peer_tokens_generated_total', 'Tokens billed to peers: those generated, or an embeddings request\'s input')
     const router = new PeerRouter({
       local: localRouter, network, demand, settings, sameModel, log: log.child({ part: 'router' }),
       billing: { open: (request) => wallet.openInferenceCharge(request) }
@@ -150,10 +150,13 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       },
       sharesPtn: (nodeID, ptnID) => ptn.memberPtnIDs().includes(ptnID) && (network.peer(nodeID)?.ptnIDs.includes(ptnID) ?? false),
       recordDemand: (modelID) => { demand.record(modelID) },
-      onServed: ({ usage }) => { peerTokens.inc({}, usage.completionTokens); peerRequests.inc() },
+      onServed: ({ kind, usage }) => { peerTokens.inc({}, billableTokens(kind, usage)); peerRequests.inc() },
       log: log.child({ part: 'serving' })
     })
-    await network.handle(INFER_PROTOCOL, createInferHandler({ policy: serving, log: log.child({ part: 'infer' }) }), { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
+    // Issue 12: 1.1.0 carries tools, logit_bias, completions and embeddings; 1.0.0 (plain chats) is still what older
+    // peers ask with. One handler reads both.
+    const infer = createInferHandler({ policy: serving, log: log.child({ part: 'infer' }) })
+    for (const protocol of [INFER_PROTOCOL, INFER_PROTOCOL_CHAT]) await network.handle(protocol, infer, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
     network.advertise('capacity', () => {
       const { slots, busySlots, queued } = engine.stats()
       return { slots, busySlots, queued, reservedSlots: serving.reservedSlots() }

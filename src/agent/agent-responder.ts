@@ -3,7 +3,7 @@ import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { BusyError, UnavailableError } from '../errors.ts'
 import type { NodeIdentity } from '../identity/index.ts'
-import { InvalidGenerationRequestError, type ChatEvent, type ChatMessage, type ChatRequest } from '../inference/index.ts'
+import { InvalidGenerationRequestError, type ChatMessage, type ChatRequest, type InferenceEvent } from '../inference/index.ts'
 import type { PeerGeneration } from '../serving/index.ts'
 import { batchesWithKeepAlives, writeMessage, type FrameStream, type SignedEnvelope } from '../wire/index.ts'
 import type { Conversations, Filed, StoredMessage } from './conversations.ts'
@@ -13,7 +13,7 @@ import {
 
 /** How the agent answers a peer: through the serving policy, the one door from peers to the engine (src/serving). */
 export interface AgentServing {
-  generate (ask: PeerGeneration, options: { signal?: AbortSignal }): AsyncIterable<ChatEvent>
+  generate (ask: PeerGeneration, options: { signal?: AbortSignal }): AsyncIterable<InferenceEvent>
 }
 
 export interface AgentResponderDeps {
@@ -122,13 +122,13 @@ export class AgentResponder {
   }
 
   /** The chat the model answers: system prompt, the conversation so far (ours as assistant, the peer's as user), the message. */
-  #prompt (message: AgentMessage, history: StoredMessage[], withSystemPrompt: boolean): ChatRequest {
+  #prompt (message: AgentMessage, history: StoredMessage[], withSystemPrompt: boolean): ChatRequest & { kind: 'chat' } {
     const me = this.#deps.identity.nodeID
     const messages: ChatMessage[] = []
     if (withSystemPrompt) messages.push({ role: 'system', content: this.#systemPrompt(message.fromName) })
     for (const row of history) messages.push({ role: row.sender === me ? 'assistant' : 'user', content: row.content })
     messages.push({ role: 'user', content: message.content })
-    return { messages, maxTokens: this.#options.maxAnswerTokens }
+    return { kind: 'chat', messages, maxTokens: this.#options.maxAnswerTokens }
   }
 
   #systemPrompt (peerName: string): string {

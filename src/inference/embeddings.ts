@@ -5,6 +5,8 @@ import { SlotPool } from './slot-pool.ts'
 
 /** Most strings one embeddings request may hold (OpenAI's limit is 2048). */
 export const MAX_EMBEDDING_INPUTS = 2048
+/** Longest embedding vector a peer may answer with: twice the largest models' (16384). */
+export const MAX_EMBEDDING_LENGTH = 32_768
 
 export interface EmbedderOptions {
   /** Tokens one input may have; the embedding context is made this size. */

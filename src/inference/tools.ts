@@ -11,9 +11,15 @@ import { llamaModule } from './llama.ts'
 // model: the rendered prompt ends with the wrapper's call prefix and the function-name grammar is engaged from the
 // first token, so the answer is a call, to an allowed tool, with arguments valid against its schema.
 
+/** Longest tool name (OpenAI's limit). */
+export const MAX_TOOL_NAME_CHARS = 64
 /** OpenAI's rule for function names; it also keeps them plain text in every chat template. */
-const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/
+const TOOL_NAME = new RegExp(`^[a-zA-Z0-9_-]{1,${MAX_TOOL_NAME_CHARS}}$`)
 export const MAX_TOOLS = 128
+/** Longest tool description. */
+export const MAX_TOOL_DESCRIPTION_CHARS = 64 * 1024
+/** Longest tool call id a conversation may carry; OpenAI's own are ~30 characters. */
+export const MAX_TOOL_CALL_ID_CHARS = 256
 
 export interface ToolPlan {
   functions: ChatModelFunctions
@@ -50,7 +56,7 @@ function toFunctions (tools: readonly ToolDefinition[]): ChatModelFunctions {
   const functions: Record<string, { description?: string, params?: GbnfJsonSchema }> = {}
   tools.forEach((tool, i) => {
     if (typeof tool?.name !== 'string' || !TOOL_NAME.test(tool.name)) {
-      throw new InvalidGenerationRequestError('a tool name must be 1 to 64 letters, digits, _ or -', `tools.${i}.function.name`)
+      throw new InvalidGenerationRequestError(`a tool name must be 1 to ${MAX_TOOL_NAME_CHARS} letters, digits, _ or -`, `tools.${i}.function.name`)
     }
     if (Object.hasOwn(functions, tool.name)) throw new InvalidGenerationRequestError(`two tools are named ${tool.name}`, `tools.${i}.function.name`)
     functions[tool.name] = {

@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
-import type { InferenceCharge, InferenceChargeRequest } from '../wallet/index.ts'
+import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
+import { billableTokens, type InferenceCharge, type InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
-import { RemoteInferenceError, requestInference, type InferRequest } from './infer.ts'
+import { RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
 import type { PeerInfo } from './peer-table.ts'
 
 /** What the router uses of the peer network (`PeerNetwork` has it). */
@@ -40,7 +40,7 @@ export interface PeerRouterOptions {
 }
 
 /**
- * Places a chat request: on this node when its loaded model is the one named (and `inference_backend` is not
+ * Places a request (a chat, a text completion, embeddings): on this node when its loaded model is the one named (and `inference_backend` is not
  * `peers`), else on the best peer that serves it, falling over to the next while no token has arrived. The answer
  * streams back as the same events the local engine gives; a failure after the first token ends the stream with it.
  */
@@ -69,10 +69,6 @@ export class PeerRouter implements ChatRouter {
       const outside = options.ptnID == null ? 0 : this.candidates(request.modelID).length
       if (outside > 0) throw new UnavailableError(`Model ${request.modelID} is served by ${outside} peer(s), but ${where}`)
       throw this.#deps.local.notServed(request.modelID, ` and ${where}`)
-    }
-    if (request.kind !== 'chat' || hasToolsOrBias(request)) {
-      // TODO(issue 12): the infer protocol carries chats only until its next version
-      throw new UnavailableError(`Model ${request.modelID} is served only by peers, which answer plain chats for now`)
     }
     const attempt = { servedBy: `peer:${candidates[0].nodeID}` as ServedBy }
     const events = this.#failover(candidates.slice(0, this.#maxAttempts), request, options, attempt)
@@ -107,7 +103,7 @@ export class PeerRouter implements ChatRouter {
     return listed
   }
 
-  async * #failover (candidates: PeerInfo[], request: RoutedChatRequest, options: RouteOptions, attempt: { servedBy: ServedBy }): AsyncGenerator<InferenceEvent, void, undefined> {
+  async * #failover (candidates: PeerInfo[], request: RoutedRequest, options: RouteOptions, attempt: { servedBy: ServedBy }): AsyncGenerator<InferenceEvent, void, undefined> {
     const failures: string[] = []
     let lastError: unknown = null
     let allBusy = true
@@ -119,14 +115,14 @@ export class PeerRouter implements ChatRouter {
         peerID: peer.nodeID,
         modelID: request.modelID,
         pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro,
-        maxTokens: request.maxTokens ?? null
+        maxTokens: request.kind === 'embeddings' ? null : request.maxTokens ?? null
       })
       let settled = false
       try {
         for await (const event of this.#ask(peer, request, options)) {
           started = true
           if (event.type === 'done') {
-            charge?.settle(event.usage)
+            charge?.settle(billableTokens(request.kind, event.usage))
             settled = true
           }
           yield event
@@ -153,19 +149,14 @@ export class PeerRouter implements ChatRouter {
     throw new UnavailableError(`No peer could serve ${request.modelID}: ${failures.join('; ')}`, { cause: lastError })
   }
 
-  async * #ask (peer: PeerInfo, request: RoutedChatRequest, options: RouteOptions): AsyncGenerator<InferenceEvent, void, undefined> {
-    const { modelID, ...chat } = request
-    const ask: InferRequest = {
-      modelID, request: chat as InferRequest['request'], ptnID: options.ptnID ?? null,
+  async * #ask (peer: PeerInfo, request: RoutedRequest, options: RouteOptions): AsyncGenerator<InferenceEvent, void, undefined> {
+    const { modelID, ...asked } = request
+    const ask: InferAsk = {
+      modelID, request: asked, ptnID: options.ptnID ?? null,
       requester: options.requester == null ? null : requesterLabel(options.requester)
     }
     yield * requestInference(this.#deps.network, peer.nodeID, ask, { signal: options.signal, openTimeoutMs: this.#openTimeoutMs })
   }
-}
-
-function hasToolsOrBias (request: RoutedChatRequest): boolean {
-  return (request.tools?.length ?? 0) > 0 || Object.keys(request.logitBias ?? {}).length > 0 ||
-    request.messages.some(message => message.role === 'tool' || (message.toolCalls?.length ?? 0) > 0)
 }
 
 const LATENCY_STEP_MS = 20

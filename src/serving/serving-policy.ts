@@ -1,11 +1,11 @@
 import type { Logger } from 'pino'
 import { BusyError, UnavailableError } from '../errors.ts'
-import type { ChatEvent, ChatRequest, ChatUsage, GenerateOptions } from '../inference/index.ts'
+import type { ChatUsage, GenerateOptions, InferenceEvent, InferenceRequest } from '../inference/index.ts'
 
-/** What a peer asks this node to generate: a chat request over the infer protocol, or an answer to an agent message. */
+/** What a peer asks this node to generate: a request over the infer protocol, or an answer to an agent message. */
 export interface PeerGeneration {
-  /** `chat`: the infer protocol; `agent`: a peer's agent message. For metrics and logs. */
-  kind: 'chat' | 'agent'
+  /** The infer protocol's request kind (`chat`, `completion`, `embeddings`), or `agent` for a peer's agent message. For metrics, logs and billing. */
+  kind: InferenceRequest['kind'] | 'agent'
   /** The peer asking, as its connection proves it. */
   nodeID: string
   /** The PTN the peer asks as, if it names one. */
@@ -14,12 +14,13 @@ export interface PeerGeneration {
   requesterLabel: string | null
   /** The model it asks for; null for whatever this node serves (an agent answers with its loaded model). */
   modelID: string | null
-  request: ChatRequest
+  request: InferenceRequest
 }
 
 export interface ServingPolicyDeps {
   engine: {
-    generate (request: ChatRequest, options: GenerateOptions): AsyncIterable<ChatEvent>
+    /** Any request, by kind (`LocalEngine.serve`). */
+    serve (request: InferenceRequest, options: GenerateOptions): AsyncIterable<InferenceEvent>
     stats (): { slots: number }
     loaded (): { modelID: string } | null
   }
@@ -86,11 +87,11 @@ export class ServingPolicy {
    * ReservedCapacityError, then the engine's own QueueFullError or InvalidGenerationRequestError); its admission ends
    * when the events end, however they end.
    */
-  async * generate (ask: PeerGeneration, options: { signal?: AbortSignal } = {}): AsyncGenerator<ChatEvent, void, undefined> {
+  async * generate (ask: PeerGeneration, options: { signal?: AbortSignal } = {}): AsyncGenerator<InferenceEvent, void, undefined> {
     const { modelID, member } = this.#admit(ask)
     if (!member) this.#publicActive++
     try {
-      for await (const event of this.#deps.engine.generate(ask.request, { signal: options.signal, requester: this.#requester(ask), modelID })) {
+      for await (const event of this.#deps.engine.serve(ask.request, { signal: options.signal, requester: this.#requester(ask), modelID })) {
         if (event.type === 'done') this.#deps.onServed?.({ kind: ask.kind, nodeID: ask.nodeID, modelID, usage: event.usage })
         yield event
       }

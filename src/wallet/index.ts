@@ -10,7 +10,7 @@ export {
   Transfer, TransferAck, signTransfer, openTransfer, storedEnvelope, createTransferHandler, deliverTransfers
 } from './transfer-protocol.ts'
 export type { StoredTransfer, TransferHandlerDeps } from './transfer-protocol.ts'
-export { pricePer1kTokensMicro, inferenceCostMicro, parameterCount, JOULES_PER_TOKEN_PER_GB, CREDITS_PER_CURRENCY_UNIT, MIN_PRICE_PER_1K_MICRO, MAX_PRICE_PER_1K_MICRO } from './pricing.ts'
+export { pricePer1kTokensMicro, inferenceCostMicro, billableTokens, parameterCount, JOULES_PER_TOKEN_PER_GB, CREDITS_PER_CURRENCY_UNIT, MIN_PRICE_PER_1K_MICRO, MAX_PRICE_PER_1K_MICRO } from './pricing.ts'
 export type { PricedModel, ElectricitySettings } from './pricing.ts'
 export { SolanaWallet, solanaAddress, DEFAULT_SOLANA_RPC_URL } from './solana.ts'
 export type { SolanaStatus, SolanaWalletDeps, SolanaWalletOptions } from './solana.ts'

@@ -83,3 +83,11 @@ export function parameterCount (parameters: string | number | null): number | nu
   const scale = { K: 1e3, M: 1e6, B: 1e9, T: 1e12 }[(match[3] ?? '').toUpperCase() as 'K' | 'M' | 'B' | 'T'] ?? 1
   return (match[1] == null ? 1 : Number(match[1])) * Number(match[2]) * scale
 }
+
+/**
+ * The tokens a request is billed for: those the model generated; for embeddings, which generate none, the tokens
+ * of the input it read. The serving node counts the same (metrics) as the requester pays for.
+ */
+export function billableTokens (kind: string, usage: { promptTokens: number, completionTokens: number }): number {
+  return kind === 'embeddings' ? usage.promptTokens : usage.completionTokens
+}

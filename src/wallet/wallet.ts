@@ -65,7 +65,8 @@ export interface InferenceChargeRequest {
 
 /** The credits of one paid request: settled with the peer's reported usage, or released when nothing is owed. */
 export interface InferenceCharge {
-  settle (usage: { completionTokens: number }): WalletTransaction | null
+  /** Pays for the tokens the peer reported (`billableTokens` of its usage). */
+  settle (tokens: number): WalletTransaction | null
   release (): void
 }
 
@@ -198,9 +199,9 @@ export class Wallet {
     const hold = this.hold(inferenceCostMicro(pricePer1kMicro, maxTokens ?? DEFAULT_HOLD_TOKENS))
     const capMicro = maxTokens == null ? null : hold.amountMicro
     return {
-      settle: (usage) => {
+      settle: (tokens) => {
         hold.release()
-        return this.#pay({ peerID, modelID, pricePer1kMicro, completionTokens: usage.completionTokens }, { capMicro, upToBalance: true })
+        return this.#pay({ peerID, modelID, pricePer1kMicro, completionTokens: tokens }, { capMicro, upToBalance: true })
       },
       release: () => { hold.release() }
     }

@@ -1,6 +1,6 @@
 import { z } from 'zod'
 import { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS } from '../../inference/index.ts'
-import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS } from '../../inference/index.ts'
+import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
 
 // The OpenAI wire shapes we accept and answer: chat completions, text completions, embeddings, models, and
 // llama-server's tokenize/detokenize. Unknown request keys are ignored, as OpenAI does; known keys whose values we
@@ -10,13 +10,11 @@ const ModelName = z.string().min(1).max(512)
 const TextPart = z.object({ type: z.literal('text'), text: z.string() })
 const OtherPart = z.looseObject({ type: z.string() })
 const Content = z.union([z.string(), z.array(z.union([TextPart, OtherPart]))])
-/** An id the model answers with must fit the engine's bookkeeping; OpenAI's own are ~30 characters. */
-const MAX_TOOL_CALL_ID = 256
 
 const ToolCallIn = z.looseObject({
-  id: z.string().min(1).max(MAX_TOOL_CALL_ID),
+  id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS),
   type: z.literal('function'),
-  function: z.looseObject({ name: z.string().min(1).max(256), arguments: z.string() })
+  function: z.looseObject({ name: z.string().min(1).max(MAX_TOOL_NAME_CHARS), arguments: z.string() })
 })
 
 export const ChatMessageIn = z.looseObject({
@@ -26,14 +24,14 @@ export const ChatMessageIn = z.looseObject({
   /** Assistant messages: the calls it made. */
   tool_calls: z.array(ToolCallIn).max(MAX_TOOLS).nullish(),
   /** Tool messages: the call this is the result of. */
-  tool_call_id: z.string().min(1).max(MAX_TOOL_CALL_ID).nullish()
+  tool_call_id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).nullish()
 })
 
 const Tool = z.looseObject({
   type: z.string().describe('"function"; other tool types are refused'),
   function: z.looseObject({
-    name: z.string().min(1).max(64),
-    description: z.string().max(64 * 1024).nullish(),
+    name: z.string().min(1).max(MAX_TOOL_NAME_CHARS),
+    description: z.string().max(MAX_TOOL_DESCRIPTION_CHARS).nullish(),
     parameters: z.record(z.string(), z.unknown()).nullish(),
     strict: z.boolean().nullish()
   }).optional()
@@ -41,7 +39,7 @@ const Tool = z.looseObject({
 
 const ToolChoice = z.union([
   z.enum(['none', 'auto', 'required']),
-  z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string().min(1).max(64) }) })
+  z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string().min(1).max(MAX_TOOL_NAME_CHARS) }) })
 ])
 
 const LogitBias = z.record(z.string(), z.number().min(-MAX_LOGIT_BIAS).max(MAX_LOGIT_BIAS))
