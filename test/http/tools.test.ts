@@ -5,47 +5,14 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type OpenAI from 'openai'
 import { startChatNode, TINY_MODEL_ID, type ChatTestNode } from '../support/chat-node.ts'
+import { CLOCK, WEATHER, assertValidArguments } from '../support/tools.ts'
 import type { TestContext } from 'node:test'
 
-type Tool = OpenAI.Chat.Completions.ChatCompletionTool
-
-const WEATHER: Tool = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'The weather in a city, for some days',
-    parameters: {
-      type: 'object',
-      properties: { city: { type: 'string', enum: ['Paris', 'Tokyo', 'Lima'] }, days: { type: 'integer' }, metric: { type: 'boolean' } },
-      required: ['city', 'days', 'metric']
-    }
-  }
-}
-const CLOCK: Tool = {
-  type: 'function',
-  function: { name: 'get_time', description: 'The time in a zone', parameters: { type: 'object', properties: { zone: { enum: ['UTC', 'CET'] } }, required: ['zone'] } }
-}
 const ask = [{ role: 'user' as const, content: 'What is the weather in Paris?' }]
 
 /** The tool definitions take a few hundred tokens in the template, so the model gets a context that holds them. */
 async function startToolNode (t: TestContext): Promise<ChatTestNode> {
   return await startChatNode(t, { contextSize: 4096 }, { contextLength: 4096 })
-}
-
-/** Checks arguments against WEATHER's or CLOCK's schema by hand: every required key, of its type, nothing else. */
-function assertValidArguments (name: string, text: string): Record<string, unknown> {
-  const args = JSON.parse(text) as Record<string, unknown>
-  if (name === 'get_weather') {
-    assert.deepEqual(Object.keys(args).sort(), ['city', 'days', 'metric'])
-    assert.ok(['Paris', 'Tokyo', 'Lima'].includes(args.city as string), text)
-    assert.ok(Number.isInteger(args.days), text)
-    assert.equal(typeof args.metric, 'boolean', text)
-  } else {
-    assert.equal(name, 'get_time')
-    assert.deepEqual(Object.keys(args), ['zone'])
-    assert.ok(['UTC', 'CET'].includes(args.zone as string), text)
-  }
-  return args
 }
 
 test('a named tool_choice calls that tool with arguments valid against its schema, streamed and not', async (t) => {

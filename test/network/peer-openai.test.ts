@@ -12,23 +12,10 @@ import { askPeer } from '../../src/wire/index.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings, type TestRelay } from '../support/network.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
+import { CLOCK, WEATHER, assertValidArguments } from '../support/tools.ts'
 
 const CHAT_MODEL = 'tiny-chat'
 const FIM_MODEL = 'tiny-fim'
-type Tool = OpenAI.Chat.Completions.ChatCompletionTool
-const WEATHER: Tool = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'The weather in a city, for some days',
-    parameters: {
-      type: 'object',
-      properties: { city: { type: 'string', enum: ['Paris', 'Tokyo', 'Lima'] }, days: { type: 'integer' } },
-      required: ['city', 'days']
-    }
-  }
-}
-const CLOCK: Tool = { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { enum: ['UTC', 'CET'] } }, required: ['zone'] } } }
 const ask = [{ role: 'user' as const, content: 'What is the weather in Paris?' }]
 
 function openaiFor (node: TestNode): OpenAI {
@@ -43,13 +30,6 @@ async function startPeer (t: TestContext, relay: TestRelay, options: { model?: {
   const res = await node.api.patch('/v1/app/settings', { electricity_cost: 5000, ...wanSettings(relay) })
   assert.equal(res.status, 200, JSON.stringify(res.body))
   return node
-}
-
-function assertWeatherArguments (text: string): void {
-  const args = JSON.parse(text) as Record<string, unknown>
-  assert.deepEqual(Object.keys(args).sort(), ['city', 'days'])
-  assert.ok(['Paris', 'Tokyo', 'Lima'].includes(args.city as string), text)
-  assert.ok(Number.isInteger(args.days), text)
 }
 
 async function metric (node: TestNode, name: string): Promise<number> {
@@ -94,7 +74,7 @@ test('three nodes and a relay: tool calls, embeddings and completions served by 
     assert.ok(call?.type === 'function')
     assert.match(call.id, /^call_/)
     assert.equal(call.function.name, 'get_weather')
-    assertWeatherArguments(call.function.arguments)
+    assertValidArguments('get_weather', call.function.arguments)
     const local = await atB.chat.completions.create(request)
     const localCall = local.choices[0].message.tool_calls?.[0]
     assert.ok(localCall?.type === 'function')
@@ -128,7 +108,7 @@ test('three nodes and a relay: tool calls, embeddings and completions served by 
     assert.equal(required.choices[0].finish_reason, 'tool_calls')
     const call = required.choices[0].message.tool_calls?.[0]
     assert.ok(call?.type === 'function' && ['get_weather', 'get_time'].includes(call.function.name))
-    JSON.parse(call.function.arguments)
+    assertValidArguments(call.function.name, call.function.arguments)
 
     const first = await openai.chat.completions.create({ model: CHAT_MODEL, messages: ask, tools: [WEATHER], temperature: 0, tool_choice: { type: 'function', function: { name: 'get_weather' } } })
     const message = first.choices[0].message
