@@ -70,3 +70,22 @@ export class InsufficientCreditsError extends Error {
 export class CorruptStateError extends Error {
   override name = 'CorruptStateError'
 }
+
+/**
+ * What a thrown value says, for a message or a stored reason: never "undefined" or "[object Object]", whatever was
+ * thrown (libp2p and its streams sometimes reject with values that are not Errors, or Errors without a message).
+ */
+export function errorText (err: unknown): string {
+  if (err instanceof Error) {
+    if (typeof err.message === 'string' && err.message.trim() !== '') return err.message
+    return err.cause === undefined ? err.name : `${err.name} (${errorText(err.cause)})`
+  }
+  if (err == null) return 'no reason given'
+  if (typeof err === 'object') {
+    const { message, code } = err as { message?: unknown, code?: unknown }
+    if (typeof message === 'string' && message.trim() !== '') return message
+    if (typeof code === 'string') return code
+    return Object.prototype.toString.call(err).slice(8, -1)
+  }
+  return String(err)
+}

@@ -3,7 +3,7 @@ import type { StatementSync } from 'node:sqlite'
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
-import { ConflictError, CorruptStateError, InvalidInputError, NotFoundError, TooLargeError, UnavailableError } from '../errors.ts'
+import { ConflictError, CorruptStateError, InvalidInputError, NotFoundError, TooLargeError, UnavailableError, errorText } from '../errors.ts'
 import { parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
 import type { Database } from '../store/index.ts'
 import type { PeerInfo } from '../network/index.ts'
@@ -288,7 +288,7 @@ export class AgentService {
       if (err instanceof NotFoundError || err instanceof UnavailableError) throw err
       if (deadline.aborted) throw new UnavailableError(`The agent of peer ${peerID} did not answer within ${this.#options.answerTimeoutMs} ms`)
       if (err instanceof ProtocolError) throw new UnavailableError(`The agent of peer ${peerID} did not answer properly: ${err.message}`, { cause: err })
-      throw new UnavailableError(`Peer ${peerID} is unreachable: ${(err as Error).message}`, { cause: err })
+      throw new UnavailableError(`Peer ${peerID} is unreachable: ${errorText(err)}`, { cause: err })
     }
   }
 

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events'
 import type { PeerId, Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
-import { NotFoundError, UnavailableError } from '../errors.ts'
+import { NotFoundError, UnavailableError, errorText } from '../errors.ts'
 import type { NodeIdentity } from '../identity/index.ts'
 import type { Settings, SettingsChange } from '../settings/index.ts'
 import { detectHardware, type HardwareInfo } from '../system/hardware.ts'
@@ -252,12 +252,12 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   async open (nodeID: string, protocol: string, options: { signal?: AbortSignal } = {}): Promise<Stream> {
     const host = this.#host
     if (host == null) throw new UnavailableError('The peer network is not started')
-    if (!this.#table.has(nodeID) && this.#admission.typeOf(nodeID) == null) throw new NotFoundError(`Unknown peer: ${nodeID}`)
+    if (!this.#table.has(nodeID) && this.#admission.typeOf(nodeID) == null) throw new NotFoundError(`Peer ${nodeID} is not connected (not in the peer table)`)
     try {
       return await openStream(host, nodeIDToPeerId(nodeID), protocol, options)
     } catch (err) {
       if (options.signal?.aborted === true) throw options.signal.reason
-      throw new UnavailableError(`Peer ${nodeID} is unreachable: ${(err as Error).message}`, { cause: err })
+      throw new UnavailableError(`Peer ${nodeID} is unreachable: ${errorText(err)}`, { cause: err })
     }
   }
 

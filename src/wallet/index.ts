@@ -1,5 +1,5 @@
 export { Ledger, GRANT_MICRO } from './ledger.ts'
-export type { WalletTransaction, WalletTotals, TransactionType, OutgoingTransfer, TransferRecord, ReceiveResult, LedgerEvents } from './ledger.ts'
+export type { WalletTransaction, WalletTotals, TransactionType, OutgoingTransfer, PendingTransfer, TransferRecord, ReceiveResult, LedgerEvents } from './ledger.ts'
 export { MICRO_PER_CREDIT, creditsToMicro, microToCredits, formatCredits } from './credits.ts'
 export { Wallet, DEFAULT_HOLD_TOKENS } from './wallet.ts'
 export type { WalletDeps, WalletOptions, WalletNetwork, SendRequest, SendResult, CreditHold, InferenceCharge, InferenceChargeRequest } from './wallet.ts'

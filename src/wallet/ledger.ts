@@ -31,6 +31,21 @@ export interface WalletTotals {
   pendingTransfers: number
 }
 
+/** An outgoing transfer not yet acknowledged, as the owner sees it: to whom, how often tried, and why it failed. */
+export interface PendingTransfer {
+  id: string
+  peerID: string
+  amountMicro: number
+  memo: string
+  createdAt: string
+  /** Deliveries tried and not acknowledged. */
+  attempts: number
+  /** Why the last attempt failed, naming the payee; null before the first failure. */
+  lastError: string | null
+  /** When it goes out again at the latest, Unix ms (at once when the payee comes back online). */
+  nextAttemptMs: number
+}
+
 /**
  * A transfer debited or credited by the ledger, as the caller hands it in: the fields it signed (checked before they
  * get here) and its signature, from which the envelope is rebuilt to be delivered again. `peerID` is the payee of an
@@ -81,6 +96,7 @@ export class Ledger {
   readonly #findGrant: StatementSync
   readonly #totals: StatementSync
   readonly #pendingCount: StatementSync
+  readonly #pendingList: StatementSync
   readonly #list: StatementSync
   readonly #due: StatementSync
   readonly #nextAttempt: StatementSync
@@ -107,6 +123,8 @@ export class Ledger {
         COUNT(*) AS count
       FROM wallet_transactions`)
     this.#pendingCount = db.prepare("SELECT COUNT(*) AS count FROM wallet_transfers WHERE state = 'pending'")
+    this.#pendingList = db.prepare(`SELECT id, peer_id, amount_micro, memo, created_at, attempts, last_error, next_attempt_ms FROM wallet_transfers
+      WHERE state = 'pending' ORDER BY rowid LIMIT ? OFFSET ?`)
     this.#list = db.prepare('SELECT id, type, amount_micro, peer_id, memo, timestamp FROM wallet_transactions ORDER BY seq DESC LIMIT ? OFFSET ?')
     this.#due = db.prepare(`SELECT id, peer_id, amount_micro, memo, created_at, signature, attempts FROM wallet_transfers
       WHERE state = 'pending' AND next_attempt_ms <= ? AND (? IS NULL OR peer_id = ?) ORDER BY next_attempt_ms, rowid LIMIT ?`)
@@ -181,6 +199,15 @@ export class Ledger {
     })
     if (transaction != null) this.events.emit('transaction', transaction, this.balanceMicro())
     return result
+  }
+
+  /** Outgoing transfers debited and not yet acknowledged, oldest first. */
+  pendingTransfers (limit: number, offset = 0): PendingTransfer[] {
+    const rows = this.#pendingList.all(limit, offset) as Array<{ id: string, peer_id: string, amount_micro: number, memo: string, created_at: string, attempts: number, last_error: string | null, next_attempt_ms: number }>
+    return rows.map((row) => ({
+      id: row.id, peerID: row.peer_id, amountMicro: row.amount_micro, memo: row.memo, createdAt: row.created_at,
+      attempts: row.attempts, lastError: row.last_error, nextAttemptMs: row.next_attempt_ms
+    }))
   }
 
   /** Outgoing transfers due for (re)delivery at `nowMs`, oldest first; of one peer when `peerID` is given. */

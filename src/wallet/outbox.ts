@@ -1,4 +1,5 @@
 import type { Logger } from 'pino'
+import { errorText } from '../errors.ts'
 import type { NodeID } from '../identity/index.ts'
 import { backoffDelayMs, type SignedEnvelope } from '../wire/index.ts'
 import type { Ledger, OutgoingTransfer } from './ledger.ts'
@@ -48,6 +49,8 @@ export class TransferOutbox {
   /** Consecutive failures of the outbox itself, per peer (null key: the scheduler), for its retry backoff. */
   readonly #faults = new Map<string | null, number>()
   readonly #retries = new Set<NodeJS.Timeout>()
+  /** Peers whose last delivery failed: a new stranding is logged at warn once, the retries at debug. */
+  readonly #stranded = new Set<string>()
   #timer: NodeJS.Timeout | null = null
   #shutdown: AbortController | null = null
 
@@ -179,7 +182,7 @@ export class TransferOutbox {
       } catch (err) {
         // A row the ledger's constraints let through but that no longer verifies: never sent as it is, kept pending
         // (at the longest delay) and in the log, where its owner can see it.
-        this.#ledger.deferTransfers([transfer.id], Date.now() + this.#maxRetryMs, `stored transfer does not verify: ${errorText(err)}`)
+        this.#ledger.deferTransfers([transfer.id], Date.now() + this.#maxRetryMs, `stored transfer does not verify: ${deliveryFailure(peerID, err)}`)
         this.#log.error({ err, peerID, transferID: transfer.id }, 'a stored transfer does not verify; not sent')
       }
     }
@@ -190,10 +193,15 @@ export class TransferOutbox {
     } catch (err) {
       if (signal.aborted) return false // stopping: the batch stays pending as it is
       const attempts = Math.max(...ready.map(({ transfer }) => transfer.attempts))
-      this.#ledger.deferTransfers(ready.map(({ transfer }) => transfer.id), Date.now() + backoffDelayMs(attempts + 1, { minMs: this.#minRetryMs, maxMs: this.#maxRetryMs }), errorText(err))
-      this.#log.debug({ err, peerID, transfers: ready.length, attempts: attempts + 1 }, 'transfer delivery failed; will retry')
+      const reason = deliveryFailure(peerID, err)
+      this.#ledger.deferTransfers(ready.map(({ transfer }) => transfer.id), Date.now() + backoffDelayMs(attempts + 1, { minMs: this.#minRetryMs, maxMs: this.#maxRetryMs }), reason)
+      // Said once per stranding, at warn (the owner's credits are debited and not delivered); every retry at debug.
+      if (this.#stranded.has(peerID)) this.#log.debug({ peerID, transfers: ready.length, attempts: attempts + 1, reason }, 'transfer delivery failed; will retry')
+      else this.#log.warn({ peerID, transfers: ready.length, reason }, 'transfers stranded: the payee cannot be reached; retrying at backoff and when it comes back online')
+      this.#stranded.add(peerID)
       return false
     }
+    if (this.#stranded.delete(peerID)) this.#log.info({ peerID }, 'payee reachable again; stranded transfers delivered')
     let allAcknowledged = ready.length === batch.length
     ready.forEach(({ transfer }, i) => {
       const ack = acks[i]
@@ -212,6 +220,8 @@ export class TransferOutbox {
   }
 }
 
-function errorText (err: unknown): string {
-  return err instanceof Error ? `${err.name}: ${err.message}` : String(err)
+/** Why a delivery to `peerID` failed, as stored and listed: always naming the peer, never "undefined". */
+function deliveryFailure (peerID: string, err: unknown): string {
+  const reason = err instanceof Error ? `${err.name}: ${errorText(err)}` : errorText(err)
+  return reason.includes(peerID) ? reason : `Peer ${peerID}: ${reason}`
 }

@@ -5,7 +5,7 @@ import { InsufficientCreditsError, InvalidInputError, NotFoundError } from '../e
 import { parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
 import { ProtocolError, type PeerStreams } from '../wire/index.ts'
 import { formatCredits } from './credits.ts'
-import type { Ledger, TransferRecord, WalletTotals, WalletTransaction } from './ledger.ts'
+import type { Ledger, PendingTransfer, TransferRecord, WalletTotals, WalletTransaction } from './ledger.ts'
 import { TransferOutbox, type TransferOutboxOptions } from './outbox.ts'
 import { inferenceCostMicro } from './pricing.ts'
 import {
@@ -143,9 +143,18 @@ export class Wallet {
 
   /** Newest first; `limit` 1 to 500 (CONTRACT §8), after skipping the `offset` newest (pages, an addition). */
   transactions (limit: number, offset = 0): WalletTransaction[] {
-    if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new InvalidInputError(`limit must be an integer from 1 to 500, not ${limit}`, 'limit')
-    if (!Number.isSafeInteger(offset) || offset < 0) throw new InvalidInputError(`offset must be a whole number from 0, not ${offset}`, 'offset')
+    checkPage(limit, offset)
     return this.#ledger.transactions(limit, offset)
+  }
+
+  /**
+   * Sends and payments debited here that their payee has not acknowledged, oldest first, each with the payee and why
+   * its last delivery failed: a transfer stranded by an unreachable payee is seen here, and goes out again when that
+   * payee comes back online. Same `limit` and `offset` as `transactions`.
+   */
+  pendingTransfers (limit: number, offset = 0): PendingTransfer[] {
+    checkPage(limit, offset)
+    return this.#ledger.pendingTransfers(limit, offset)
   }
 
   /**
@@ -249,4 +258,10 @@ export class Wallet {
     if (result === 'applied') this.#log.info({ peerID: transfer.from, transferID: transfer.id, amountMicro: transfer.amountMicro }, 'credits received')
     return result
   }
+}
+
+/** A page of a list: `limit` 1 to 500 (CONTRACT §8), after skipping `offset`. */
+function checkPage (limit: number, offset: number): void {
+  if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new InvalidInputError(`limit must be an integer from 1 to 500, not ${limit}`, 'limit')
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new InvalidInputError(`offset must be a whole number from 0, not ${offset}`, 'offset')
 }

@@ -1,6 +1,6 @@
 import type { Stream } from '@libp2p/interface'
 import type { z } from 'zod'
-import { NotFoundError, UnavailableError } from '../errors.ts'
+import { NotFoundError, UnavailableError, errorText } from '../errors.ts'
 import { ProtocolError, isHostile } from './errors.ts'
 import { openFrames, readMessage, writeMessage, type FrameStream } from './frames.ts'
 
@@ -39,7 +39,7 @@ export async function openPeerStream (peers: PeerStreams, nodeID: string, protoc
   } catch (err) {
     if (options.signal?.aborted === true) throw options.signal.reason
     if (err instanceof NotFoundError || err instanceof UnavailableError) throw err
-    const why = deadline.aborted ? `no stream within ${timeoutMs} ms` : (err as Error).message
+    const why = deadline.aborted ? `no stream within ${timeoutMs} ms` : errorText(err)
     throw new UnavailableError(`Peer ${nodeID} is unreachable: ${why}`, { cause: err })
   }
 }

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { creditsToMicro, microToCredits, type SolanaWallet, type Wallet } from '../../wallet/index.ts'
 import { ErrorEnvelope, errorResponses } from '../schemas/common.ts'
 import {
-  ChainStatus, SendBody, SendResult, TransactionList, TransactionsQuery, WalletSummary, transactionBody
+  ChainStatus, PendingTransferList, SendBody, SendResult, TransactionList, TransactionsQuery, WalletSummary, pendingTransferBody, transactionBody
 } from '../schemas/wallet.ts'
 
 export interface WalletRoutesOptions {
@@ -28,6 +28,10 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
   app.get('/v1/app/wallet/transactions', {
     schema: { summary: 'Wallet transactions, newest first', tags, querystring: TransactionsQuery, response: { 200: TransactionList, ...errors } }
   }, async (request) => ({ transactions: wallet.transactions(request.query.limit, request.query.offset).map(transactionBody) }))
+
+  app.get('/v1/app/wallet/pending', {
+    schema: { summary: 'Transfers debited here and not yet acknowledged by their payee, oldest first', tags, querystring: TransactionsQuery, response: { 200: PendingTransferList, ...errors } }
+  }, async (request) => ({ transfers: wallet.pendingTransfers(request.query.limit, request.query.offset).map(pendingTransferBody) }))
 
   app.post('/v1/app/wallet/send', { schema: { summary: 'Send credits to a peer', tags, body: SendBody, response: { 200: SendResult, ...errors } } }, async (request) => {
     const { amount, peerID, memo } = request.body

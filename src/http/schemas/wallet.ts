@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import { MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, MICRO_PER_CREDIT, creditsToMicro, microToCredits, type WalletTransaction as LedgerTransaction } from '../../wallet/index.ts'
+import { MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, MICRO_PER_CREDIT, creditsToMicro, microToCredits, type PendingTransfer as LedgerPendingTransfer, type WalletTransaction as LedgerTransaction } from '../../wallet/index.ts'
 import { IsoTime, SNAKE_ALIASES, queryInteger, withAliases } from './common.ts'
 
 // Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it (CONTRACT §1).
@@ -46,6 +46,34 @@ export function transactionBody (transaction: LedgerTransaction): WalletTransact
 }
 
 export const TransactionList = z.object({ transactions: z.array(WalletTransaction) })
+
+/** An addition (issue 14): a send or payment debited here that its payee has not acknowledged yet. */
+export const PendingTransfer = z.object({
+  id: z.string().describe('the transaction id of its `spend`'),
+  peerID: z.string().describe('the payee'),
+  amount: z.number(),
+  memo: z.string(),
+  createdAt: IsoTime,
+  attempts: z.number().int().describe('deliveries tried and not acknowledged'),
+  lastError: z.string().nullable().describe('why the last delivery failed, naming the payee; null before the first failure'),
+  nextAttemptAt: IsoTime.describe('when it goes out again at the latest; at once when the payee comes back online')
+})
+export type PendingTransfer = z.infer<typeof PendingTransfer>
+
+export function pendingTransferBody (transfer: LedgerPendingTransfer): PendingTransfer {
+  return {
+    id: transfer.id,
+    peerID: transfer.peerID,
+    amount: microToCredits(transfer.amountMicro),
+    memo: transfer.memo,
+    createdAt: transfer.createdAt,
+    attempts: transfer.attempts,
+    lastError: transfer.lastError,
+    nextAttemptAt: new Date(transfer.nextAttemptMs).toISOString()
+  }
+}
+
+export const PendingTransferList = z.object({ transfers: z.array(PendingTransfer) })
 export type TransactionList = z.infer<typeof TransactionList>
 
 /** CONTRACT §8: default 20, 1 to 500, an integer; anything else is a 400 (never clamped). */
