@@ -177,7 +177,8 @@ export class RecordAdvertiser {
         this.#deps.log.error({ err, part }, 'a part of the capability record failed')
       }
     }
-    // What peers accept, whatever a domain hands in: a record over these limits would be refused whole.
+    // What peers accept, whatever a domain hands in: a record over these limits would be refused whole. Lists come
+    // most needed first (the PTN domain orders its certificates by use), so what is cut is what is needed least.
     return {
       ...parts,
       models: { loaded: parts.models.loaded, downloaded: parts.models.downloaded.slice(0, MAX_ADVERTISED_MODELS) },

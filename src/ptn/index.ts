@@ -1,5 +1,6 @@
 // What other layers (the composition root, HTTP routes, the CLI, the router) use of the PTN domain.
 export { PtnService } from './ptn-service.ts'
+export { MAX_PTN_MEMBERSHIPS, certificatesByUse } from './memberships.ts'
 export type { PtnServiceDeps, PtnServiceOptions, MembershipRecord, MembershipStatus } from './ptn-service.ts'
 export { PTN_ROLES, issueCertificate, verifyCertificate, checkCertificate, DEFAULT_CERTIFICATE_TTL_MS, CERTIFICATE_DOMAIN } from './certificates.ts'
 export type { PtnRole, CertificatePayload, IssueCertificateInput, VerifyCertificateOptions } from './certificates.ts'

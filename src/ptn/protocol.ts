@@ -1,7 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { z } from 'zod'
-import { UnavailableError } from '../errors.ts'
+import { UnavailableError, errorText } from '../errors.ts'
 import { HEX_32_BYTES, type NodeIdentity } from '../identity/index.ts'
 import { ProtocolError, SignedEnvelope, openEnvelope, requestPeer, serveRequest, signEnvelope, type PeerStreams } from '../wire/index.ts'
 import { HexKey, MAX_CERT_CHARS } from './certificates.ts'
@@ -55,8 +55,8 @@ export interface PtnPeers extends PeerStreams {
   handle (protocol: string, handler: (stream: Stream, peer: { readonly nodeID: string }) => Promise<void>, options: { maxInboundStreams: number }): Promise<void>
   /** Whether the network currently knows how to reach the peer. */
   isKnownPeer (nodeID: string): boolean
-  /** The connected peers with the PTN certificates their latest capability records present. */
-  peers (): ReadonlyArray<{ readonly nodeID: string, readonly record: { readonly ptnCertificates: readonly string[] } }>
+  /** The connected peers with the PTN certificates their latest capability records present, and the PTNs they prove. */
+  peers (): ReadonlyArray<{ readonly nodeID: string, readonly record: { readonly ptnCertificates: readonly string[] }, readonly ptnIDs: readonly string[] }>
 }
 
 /**
@@ -75,7 +75,7 @@ export async function askPtnPeer (peers: PtnPeers, identity: NodeIdentity, nodeI
     if (options.signal?.aborted === true) throw options.signal.reason
     if (err instanceof UnavailableError) throw err
     // Never the request in the message: a promote request holds the CA key.
-    const why = deadline.aborted ? `no answer within ${timeoutMs} ms` : (err as Error).message
+    const why = deadline.aborted ? `no answer within ${timeoutMs} ms` : errorText(err)
     throw new UnavailableError(`Node ${nodeID} did not answer the PTN request: ${why}`, { cause: err })
   }
 }

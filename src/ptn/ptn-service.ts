@@ -1,3 +1,5 @@
+// Over 400 lines for a reason: one service owns the three PTN tables and both sides of the PTN protocol, whose steps
+// share their checks; the documents, CA keys, invites, wire format and membership limits live in their own files.
 import type { StatementSync } from 'node:sqlite'
 import type { Logger } from 'pino'
 import { ConflictError, NotFoundError, PermissionError, UnavailableError } from '../errors.ts'
@@ -7,6 +9,7 @@ import { CaKeyStore, caFromHex, caKeyHex } from './ca-keys.ts'
 import { DEFAULT_CERTIFICATE_TTL_MS, checkCertificate, issueCertificate, verifyCertificate, type PtnRole } from './certificates.ts'
 import { CaKeyMismatchError, InvalidCertificateError, InvalidInviteError } from './errors.ts'
 import { INVITE_TTL_MS, createInvite, verifyInvite } from './invites.ts'
+import { MAX_PTN_MEMBERSHIPS, certificatesByUse } from './memberships.ts'
 import { MAX_INBOUND_PTN_STREAMS, PTN_PROTOCOL, askPtnPeer, servePtnStream, type PtnPeers, type PtnReply, type PtnRequest } from './protocol.ts'
 
 /** Spec §3: `active` after create or join, `left` after leave, `recovered` after recover. */
@@ -84,6 +87,7 @@ export class PtnService {
   readonly #upsertMembership: StatementSync
   readonly #updateMembership: StatementSync
   readonly #countActiveMembers: StatementSync
+  readonly #countMemberships: StatementSync
   readonly #selectMember: StatementSync
   readonly #selectAdmins: StatementSync
   readonly #upsertMember: StatementSync
@@ -103,7 +107,7 @@ export class PtnService {
 
     const db = deps.db
     const columns = 'ptn_id, name, role, status, cert_data'
-    this.#selectMemberships = db.prepare(`SELECT ${columns} FROM ptn_memberships ORDER BY joined_at, ptn_id`)
+    this.#selectMemberships = db.prepare(`SELECT ${columns} FROM ptn_memberships ORDER BY joined_at, rowid`)
     this.#selectMembership = db.prepare(`SELECT ${columns} FROM ptn_memberships WHERE ptn_id = ?`)
     this.#upsertMembership = db.prepare(`INSERT INTO ptn_memberships (ptn_id, name, role, status, cert_data, joined_at, updated_at)
       VALUES (:ptn, :name, :role, :status, :cert, :now, :now)
@@ -111,6 +115,7 @@ export class PtnService {
         joined_at = CASE WHEN :status = 'active' THEN :now ELSE joined_at END`)
     this.#updateMembership = db.prepare(`UPDATE ptn_memberships SET role = :role, status = :status, cert_data = :cert, updated_at = :now
       WHERE ptn_id = :ptn`)
+    this.#countMemberships = db.prepare("SELECT count(*) AS n FROM ptn_memberships WHERE status != 'left'")
     this.#countActiveMembers = db.prepare("SELECT count(*) AS n FROM ptn_members WHERE ptn_id = ? AND status = 'active'")
     this.#selectMember = db.prepare('SELECT node_id, role, status FROM ptn_members WHERE ptn_id = ? AND node_id = ?')
     this.#selectAdmins = db.prepare("SELECT node_id, role, status FROM ptn_members WHERE ptn_id = ? AND role = 'admin' AND status = 'active' AND node_id != ? ORDER BY updated_at DESC")
@@ -136,16 +141,18 @@ export class PtnService {
 
   /** Memberships in effect (`active` or `recovered`): the count the app snapshot shows. */
   countInEffect (): number {
-    return this.list().filter(membership => membership.status !== 'left').length
+    return (this.#countMemberships.get() as { n: number }).n
   }
 
   /** Creates a PTN with a new CA key; this node is its first admin and CA. */
   create (name: string): { ptnID: string, name: string, role: 'admin' } {
+    this.#refuseIfFull()
     const ca = identityFromSeed(generateSeed())
     const certData = this.#issue(ca, name, this.#identity.nodeID, 'admin')
     // The key is written first: a crash between the two leaves an unused key file, never a PTN nobody can administer.
     this.#keys.save(ca)
     inTransaction(this.#db, () => {
+      this.#refuseIfFull()
       this.#upsertMembership.run({ ptn: ca.nodeID, name, role: 'admin', status: 'active', cert: certData, now: nowIso() })
       this.#noteMember(ca.nodeID, this.#identity.nodeID, 'admin')
     })
@@ -183,6 +190,7 @@ export class PtnService {
   async join (inviteCode: string, options: { signal?: AbortSignal } = {}): Promise<{ ptnID: string, name: string, role: PtnRole, status: 'active' }> {
     const invite = verifyInvite(inviteCode)
     this.#refuseIfInEffect(invite.ptnID)
+    this.#refuseIfFull()   // before the admin spends the single-use invite on a membership this node cannot hold
     if (invite.adminNodeID === this.#identity.nodeID) throw new ConflictError(`Invite code of PTN ${invite.ptnID} was made by this node; another node redeems it`)
     const reply = await this.#ask(invite.adminNodeID, { type: 'join-request', ptnID: invite.ptnID, inviteCode }, options)
     if (reply.type === 'refused') {
@@ -275,6 +283,7 @@ export class PtnService {
    */
   async recover (ptnID: string, options: { signal?: AbortSignal } = {}): Promise<{ status: 'recovered', ptnID: string }> {
     const row = this.#requireMembership(ptnID)
+    if (!inEffect(row)) this.#refuseIfFull()
     const ca = this.#keys.load(ptnID)
     if (ca != null) {
       const certData = this.#issue(ca, row.name, this.#identity.nodeID, 'admin')
@@ -310,9 +319,12 @@ export class PtnService {
     throw lastFailure ?? new UnavailableError(`No admin of PTN ${ptnID} answered`)
   }
 
-  /** The certificates of the memberships in effect, valid now: what this node presents to peers. */
+  /**
+   * The certificates of the memberships in effect, valid now: what this node presents to peers, most needed first
+   * (`certificatesByUse`): the record carries only the first MAX_ADVERTISED_CERTIFICATES of them.
+   */
   certificatesForAdvert (): string[] {
-    return this.#validOwnCertificates().map(({ certData }) => certData)
+    return certificatesByUse(this.#validOwnCertificates(), this.#peers?.peers() ?? [])
   }
 
   /** The PTNs this node is a member of, with a valid certificate: whose members may use its reserved slots. */
@@ -472,6 +484,14 @@ export class PtnService {
     return ca == null ? null : { row, ca }
   }
 
+  /** 409 when this node already holds MAX_PTN_MEMBERSHIPS memberships in effect: one more could not be taken. */
+  #refuseIfFull (): void {
+    const n = this.countInEffect()
+    if (n >= MAX_PTN_MEMBERSHIPS) {
+      throw new ConflictError(`This node is already in ${n} PTNs, the most it may be in (${MAX_PTN_MEMBERSHIPS}); leave one before creating, joining or recovering another`)
+    }
+  }
+
   #refuseIfInEffect (ptnID: string): void {
     const row = this.#selectMembership.get(ptnID) as MembershipRow | undefined
     if (inEffect(row)) throw new ConflictError(`This node is already a member of PTN ${ptnID} (status ${row.status})`)
@@ -483,6 +503,7 @@ export class PtnService {
     inTransaction(this.#db, () => {
       // Checked again inside the transaction: two joins racing on this node cannot both become the membership.
       if (status === 'active') this.#refuseIfInEffect(cert.ptnID)
+      if (!inEffect(this.#selectMembership.get(cert.ptnID) as MembershipRow | undefined)) this.#refuseIfFull()
       this.#upsertMembership.run({ ptn: cert.ptnID, name: cert.ptnName, role: cert.role, status, cert: certData, now: nowIso() })
       this.#noteMember(cert.ptnID, this.#identity.nodeID, cert.role)
       if (cert.issuerNodeID !== this.#identity.nodeID) this.#noteMember(cert.ptnID, cert.issuerNodeID, 'admin')

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { multiaddr } from '@multiformats/multiaddr'
 import OpenAI from 'openai'
 import type { NodeIdentity } from '../../src/identity/index.ts'
-import { CAPABILITIES_PROTOCOL, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
+import { CAPABILITIES_PROTOCOL, MAX_ADVERTISED_CERTIFICATES, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
 import { openFrames, readMessage, writeMessage } from '../../src/wire/index.ts'
 import { INFER_PROTOCOL } from '../../src/network/infer.ts'
 import { handleProtocol, peerIdFromIdentity } from '../../src/network/libp2p-node.ts'
@@ -86,7 +86,9 @@ test('hostile peers: malformed, oversized, invalid and unsigned or forged messag
   }
 
   const forgeries: Array<[string, (hostile: Hostile) => unknown]> = [
-    ['a valid signature over other content', (hostile) => ({ ...signCapabilities(hostile.identity, record(hostile.identity)), body: record(hostile.identity, { pricePer1kTokensMicro: 1 }) })]
+    ['a valid signature over other content', (hostile) => ({ ...signCapabilities(hostile.identity, record(hostile.identity)), body: record(hostile.identity, { pricePer1kTokensMicro: 1 }) })],
+    // Issue 14: signed, but with more certificates than a record may carry (a node of ours never sends one).
+    ['with more PTN certificates than a record carries', (hostile) => signCapabilities(hostile.identity, record(hostile.identity, { ptnCertificates: Array.from({ length: MAX_ADVERTISED_CERTIFICATES + 1 }, (_, i) => `cert-${i}`) }))]
   ]
   for (const [name, forge] of forgeries) {
     await t.test(`a capability record ${name} keeps the peer out of the table`, async () => {

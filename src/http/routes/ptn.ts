@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
-import type { PtnService } from '../../ptn/index.ts'
+import { MAX_PTN_MEMBERSHIPS, type PtnService } from '../../ptn/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import {
   CertificateResult, CreatePtnBody, CreatedPtn, ImportCaKeyBody, Imported, Invite, IssueCertBody, JoinBody, JoinWithCertBody,
@@ -10,12 +10,14 @@ import { clientGone } from '../sse.ts'
 /** Spec §4.5: private trusted networks. Steps that reach other nodes stop when the client goes away. */
 export const ptnRoutes: FastifyPluginAsyncZod<{ ptn: PtnService }> = async (app, { ptn }) => {
   const tags = ['ptn']
+  /** The steps that add a membership in effect. */
+  const description = `409 when this node is already in ${MAX_PTN_MEMBERSHIPS} PTNs (MAX_PTN_MEMBERSHIPS): leave one first.`
 
   app.get('/v1/app/ptn', { schema: { summary: 'This node\'s PTN memberships', tags, response: { 200: MembershipList, ...errorResponses } } }, async () => {
     return { memberships: ptn.list() }
   })
 
-  app.post('/v1/app/ptn/create', { schema: { summary: 'Create a PTN with this node as admin', tags, body: CreatePtnBody, response: { 200: CreatedPtn, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/create', { schema: { summary: 'Create a PTN with this node as admin', description, tags, body: CreatePtnBody, response: { 200: CreatedPtn, ...errorResponses } } }, async (request) => {
     return ptn.create(request.body.name)
   })
 
@@ -27,11 +29,11 @@ export const ptnRoutes: FastifyPluginAsyncZod<{ ptn: PtnService }> = async (app,
     return ptn.issueCertificate(request.body.ptnID, request.body.nodeID, request.body.role)
   })
 
-  app.post('/v1/app/ptn/join-with-cert', { schema: { summary: 'Join a PTN with a certificate', tags, body: JoinWithCertBody, response: { 200: Joined, ...errorResponses } } }, async (request) => {
+  app.post('/v1/app/ptn/join-with-cert', { schema: { summary: 'Join a PTN with a certificate', description, tags, body: JoinWithCertBody, response: { 200: Joined, ...errorResponses } } }, async (request) => {
     return ptn.joinWithCertificate(request.body.certData)
   })
 
-  app.post('/v1/app/ptn/join', { schema: { summary: 'Join a PTN with an invite code', tags, body: JoinBody, response: { 200: Joined, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/ptn/join', { schema: { summary: 'Join a PTN with an invite code', description, tags, body: JoinBody, response: { 200: Joined, ...errorResponses } } }, async (request, reply) => {
     return await ptn.join(request.body.inviteCode, { signal: clientGone(reply) })
   })
 
@@ -47,7 +49,7 @@ export const ptnRoutes: FastifyPluginAsyncZod<{ ptn: PtnService }> = async (app,
     return ptn.importCaKey(request.body.ptnID, request.body.caKeyHex)
   })
 
-  app.post('/v1/app/ptn/recover', { schema: { summary: 'Recover a membership with the CA key', tags, body: PtnIDBody, response: { 200: Recovered, ...errorResponses } } }, async (request, reply) => {
+  app.post('/v1/app/ptn/recover', { schema: { summary: 'Recover a membership with the CA key', description, tags, body: PtnIDBody, response: { 200: Recovered, ...errorResponses } } }, async (request, reply) => {
     return await ptn.recover(request.body.ptnID, { signal: clientGone(reply) })
   })
 }

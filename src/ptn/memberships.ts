@@ -1,0 +1,30 @@
+// How many PTNs one node may be in, and which of its certificates its capability record carries first.
+
+/**
+ * Memberships in effect (`active` or `recovered`) one node may hold: a create, join or recover past it is refused
+ * (409). Bounded because every membership costs a certificate check each time the record is looked at (every second)
+ * and each time a peer's request is weighed for reserved slots; far above what a node needs (issue 14).
+ */
+export const MAX_PTN_MEMBERSHIPS = 128
+
+export interface OwnCertificate {
+  ptnID: string
+  certData: string
+}
+
+/**
+ * This node's certificates, most needed first: peers accept only so many in a record (the network's
+ * MAX_ADVERTISED_CERTIFICATES, fewer than MAX_PTN_MEMBERSHIPS), and the record carries the first ones. First come
+ * the PTNs shared with the most connected peers (the ones whose members can use this node's reserved slots and see
+ * it in PTN-scoped routing now), then the most recently joined. `certificates` come oldest joined first.
+ */
+export function certificatesByUse (certificates: readonly OwnCertificate[], peers: ReadonlyArray<{ readonly ptnIDs: readonly string[] }>): string[] {
+  const sharing = new Map<string, number>()
+  for (const peer of peers) {
+    for (const ptnID of new Set(peer.ptnIDs)) sharing.set(ptnID, (sharing.get(ptnID) ?? 0) + 1)
+  }
+  return certificates
+    .map((certificate, joinedRank) => ({ ...certificate, joinedRank, peers: sharing.get(certificate.ptnID) ?? 0 }))
+    .sort((a, b) => b.peers - a.peers || b.joinedRank - a.joinedRank)
+    .map(({ certData }) => certData)
+}
