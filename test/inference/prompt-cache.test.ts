@@ -56,6 +56,20 @@ await test('the next turn of a conversation evaluates only what its history adds
   assert.equal(fresh.text, turn2.text)
 })
 
+await test('the next turn reuses exactly the prefix it shares with what the slot holds', async (t) => {
+  const engine = await startEngine(t, { slots: 1 })
+  // One token answered: a sampled token is evaluated only when another follows it, so the slot holds exactly the
+  // prompt, and the next turn (which starts with all of it) shares exactly that many tokens.
+  const turn1 = await ask(engine, first, 'key:a', 1)
+  const second: ChatMessage[] = [...first, { role: 'assistant', content: 'I am well, thank you.' }, { role: 'user', content: 'and then what?' }]
+  const turn2 = await ask(engine, second, 'key:a', 1)
+  assert.ok(turn2.usage.promptTokens > turn1.usage.promptTokens)
+  assert.equal(turn2.usage.cachedTokens, turn1.usage.promptTokens)
+  const third: ChatMessage[] = [...second, { role: 'assistant', content: 'Then the sun rose.' }, { role: 'user', content: 'why?' }]
+  const turn3 = await ask(engine, third, 'key:a', 1)
+  assert.equal(turn3.usage.cachedTokens, turn2.usage.promptTokens)
+})
+
 await test('a request never reuses another requester\'s cache: their slot is cleared first', async (t) => {
   const engine = await startEngine(t, { slots: 1 })
   await ask(engine, first, 'key:a')
