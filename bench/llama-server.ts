@@ -6,7 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { loadavg, tmpdir } from 'node:os'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import type { DirectJob, DirectResult } from './direct-engine.ts'
@@ -36,7 +36,16 @@ interface Target {
   close: () => void
 }
 
-interface RoundResult { decode1: number, decode4: number, longTtftMs: number, chatTtftMs: number[], chatCached: Array<number | null> }
+interface RoundResult {
+  decode1: number
+  decode4: number
+  /** CPU time the engine's process spent per generated token (all its threads, user and system), 1 and 4 streams. */
+  cpu1: number
+  cpu4: number
+  longTtftMs: number
+  chatTtftMs: number[]
+  chatCached: Array<number | null>
+}
 
 const children = new Set<ChildProcess>()
 process.on('exit', () => { for (const child of children) child.kill('SIGKILL') })
@@ -61,6 +70,17 @@ function memory (pid: number): { rssMB: number, peakMB: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8')
   const kb = (key: string): number => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN)
   return { rssMB: Math.round(kb('VmRSS') / 1024), peakMB: Math.round(kb('VmHWM') / 1024) }
+}
+
+/**
+ * CPU time a process has used so far, in ms (all threads, user and system; /proc's clock ticks, 10 ms here). Unlike
+ * wall time, what an engine spends per token does not depend on how much of the machine others take: on a shared,
+ * oversubscribed machine it is the figure that compares engines.
+ */
+function cpuMs (pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return (Number(fields[11]) + Number(fields[12])) * 10
 }
 
 function track (child: ChildProcess, name: string): void {
@@ -177,10 +197,15 @@ async function startDirect (model: string): Promise<Target> {
 /** One round of every measurement on one target. `seed` makes the long prompt and the chat unlike any before. */
 async function round (target: Target, seed: number): Promise<RoundResult> {
   const prompt: Message[] = [{ role: 'user', content: 'Once upon a time, in a small village by the sea, there lived a fisherman who' }]
+  let cpu = cpuMs(target.pid)
   const [one] = await target.generate(prompt, DECODE_TOKENS, 1)
+  const cpu1 = (cpuMs(target.pid) - cpu) / one.tokens
   const decode1 = (one.tokens - 1) / ((one.lastMs - one.ttftMs) / 1000)
+  cpu = cpuMs(target.pid)
   const four = await target.generate(prompt, DECODE_TOKENS, 4)
-  const decode4 = four.reduce((sum, r) => sum + r.tokens, 0) / (Math.max(...four.map((r) => r.endMs)) / 1000)
+  const fourTokens = four.reduce((sum, r) => sum + r.tokens, 0)
+  const cpu4 = (cpuMs(target.pid) - cpu) / fourTokens
+  const decode4 = fourTokens / (Math.max(...four.map((r) => r.endMs)) / 1000)
   const [long] = await target.generate([{ role: 'user', content: `${seed} ${text(LONG_PROMPT_WORDS, seed)}` }], 1, 1)
   const history: Message[] = [{ role: 'system', content: `Conversation ${seed}. You are a helpful assistant.` }]
   const chatTtftMs: number[] = []
@@ -195,7 +220,7 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
     // and llama-server's differ), which would make one server evaluate more than the other for reasons of luck.
     history.push({ role: 'assistant', content: text(TURN_ANSWER_WORDS, seed * 100 + turn + 50) })
   }
-  return { decode1, decode4, longTtftMs: long.ttftMs, chatTtftMs, chatCached }
+  return { decode1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs, chatTtftMs, chatCached }
 }
 
 async function benchModel (name: string, model: string, llamaServer: string): Promise<string[]> {
@@ -214,6 +239,7 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
         const result = await round(target, 1000 + r)
         results.get(target.name)?.push(result)
         console.error(`${name} round ${r + 1}/${ROUNDS} ${target.name}: decode1 ${result.decode1.toFixed(1)} decode4 ${result.decode4.toFixed(1)} ` +
+          `cpu/token ${result.cpu1.toFixed(2)}/${result.cpu4.toFixed(2)} ms, ` +
           `long ${result.longTtftMs.toFixed(0)} ms, chat ${result.chatTtftMs.map((t) => t.toFixed(0)).join('/')} ms, cached ${result.chatCached.join('/')}`)
       }
     }
@@ -228,6 +254,8 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
   const measures: Array<[string, (r: RoundResult) => number, number]> = [
     ['1 stream, decode tok/s', (r) => r.decode1, 1],
     ['4 streams, aggregate tok/s', (r) => r.decode4, 1],
+    ['1 stream, process CPU ms/token', (r) => r.cpu1, 2],
+    ['4 streams, process CPU ms/token', (r) => r.cpu4, 2],
     [`long prompt (~1,500 tokens) TTFT ms`, (r) => r.longTtftMs, 0],
     ['6-turn chat, turn 2 TTFT ms', (r) => r.chatTtftMs[1], 0],
     ['6-turn chat, turn 6 TTFT ms', (r) => r.chatTtftMs[TURNS - 1], 0]
@@ -254,6 +282,7 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
 }
 
 const llamaServer = await ensureLlamaServer()
+const loadAtStart = loadavg()
 const shared = join(import.meta.dirname, '..', '..', 'shared', 'models')
 const small = join(shared, 'random-llama-24M-q8_0.gguf')
 const models: Array<[string, string]> = [
@@ -267,7 +296,8 @@ for (const [name, path] of models) {
   rows.push(...await benchModel(name, path, llamaServer))
 }
 console.log(`\n${ROUNDS} interleaved rounds (medians), 1 thread, ${SLOTS} slots of ${SLOT_CONTEXT} tokens, greedy, ` +
-  `${DECODE_TOKENS} tokens decoded, chat turns of ~${TURN_WORDS} words + ${TURN_ANSWER_TOKENS}-token answers\n`)
+  `${DECODE_TOKENS} tokens decoded, chat turns of ~${TURN_WORDS} words + ${TURN_ANSWER_TOKENS}-token answers; ` +
+  `load average (1/5/15 min) ${loadAtStart.map((l) => l.toFixed(1)).join('/')} at the start, ${loadavg().map((l) => l.toFixed(1)).join('/')} at the end\n`)
 console.log('| model | measure | llama-server | node-llama-cpp direct | meshnode HTTP | meshnode / llama-server | meshnode / direct |')
 console.log('|---|---|---:|---:|---:|---:|---:|')
 for (const row of rows) console.log(row)
