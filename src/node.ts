@@ -14,7 +14,7 @@ import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { DemandDrivenModels, DemandTracker, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_ADVERTISED_CERTIFICATES, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { ServingPolicy } from './serving/index.ts'
 import { AgentService } from './agent/index.ts'
@@ -136,7 +136,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const ptn = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
     await ptn.start()   // registers the PTN protocol, served once the network starts
     // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
-    network.advertise('ptnCertificates', () => ptn.certificatesForAdvert())
+    // Issue 14: a record carries at most MAX_ADVERTISED_CERTIFICATES; a node in more PTNs presents the ones its peers use.
+    network.advertise('ptnCertificates', () => ptn.certificatesForAdvert(MAX_ADVERTISED_CERTIFICATES))
     network.trustPtnCertificates((nodeID, certificates) => ptn.verifiedPtnIDs(nodeID, certificates))
     // Issue 11: the one door from peers to the engine. Chat requests over the infer protocol and agent messages pass
     // the same checks (inference_backend, org_capacity_reservation, queue) and the same bookkeeping (metrics, demand).

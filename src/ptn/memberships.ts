@@ -13,12 +13,14 @@ export interface OwnCertificate {
 }
 
 /**
- * This node's certificates, most needed first: peers accept only so many in a record (the network's
- * MAX_ADVERTISED_CERTIFICATES, fewer than MAX_PTN_MEMBERSHIPS), and the record carries the first ones. First come
- * the PTNs shared with the most connected peers (the ones whose members can use this node's reserved slots and see
- * it in PTN-scoped routing now), then the most recently joined. `certificates` come oldest joined first.
+ * The certificates a record of at most `limit` carries (peers accept only so many: the network's
+ * MAX_ADVERTISED_CERTIFICATES, fewer than MAX_PTN_MEMBERSHIPS). All of them, in join order, when they fit: the record
+ * then changes only when a membership does. Otherwise the `limit` most needed: first the PTNs shared with the most
+ * connected peers (whose members can use this node's reserved slots and see it in PTN-scoped routing now), then the
+ * most recently joined. `certificates` come oldest joined first.
  */
-export function certificatesByUse (certificates: readonly OwnCertificate[], peers: ReadonlyArray<{ readonly ptnIDs: readonly string[] }>): string[] {
+export function certificatesByUse (certificates: readonly OwnCertificate[], peers: ReadonlyArray<{ readonly ptnIDs: readonly string[] }>, limit: number): string[] {
+  if (certificates.length <= limit) return certificates.map(({ certData }) => certData)
   const sharing = new Map<string, number>()
   for (const peer of peers) {
     for (const ptnID of new Set(peer.ptnIDs)) sharing.set(ptnID, (sharing.get(ptnID) ?? 0) + 1)
@@ -26,5 +28,6 @@ export function certificatesByUse (certificates: readonly OwnCertificate[], peer
   return certificates
     .map((certificate, joinedRank) => ({ ...certificate, joinedRank, peers: sharing.get(certificate.ptnID) ?? 0 }))
     .sort((a, b) => b.peers - a.peers || b.joinedRank - a.joinedRank)
+    .slice(0, limit)
     .map(({ certData }) => certData)
 }

@@ -320,11 +320,11 @@ export class PtnService {
   }
 
   /**
-   * The certificates of the memberships in effect, valid now: what this node presents to peers, most needed first
-   * (`certificatesByUse`): the record carries only the first MAX_ADVERTISED_CERTIFICATES of them.
+   * The certificates of the memberships in effect, valid now, that this node presents to peers in a record of at
+   * most `limit` (`certificatesByUse`: all of them when they fit, else the most needed). @default every one
    */
-  certificatesForAdvert (): string[] {
-    return certificatesByUse(this.#validOwnCertificates(), this.#peers?.peers() ?? [])
+  certificatesForAdvert (limit = MAX_PTN_MEMBERSHIPS): string[] {
+    return certificatesByUse(this.#validOwnCertificates(), this.#peers?.peers() ?? [], limit)
   }
 
   /** The PTNs this node is a member of, with a valid certificate: whose members may use its reserved slots. */

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { MAX_ADVERTISED_CERTIFICATES } from '../../src/network/index.ts'
-import { MAX_PTN_MEMBERSHIPS } from '../../src/ptn/index.ts'
+import { MAX_PTN_MEMBERSHIPS, certificatesByUse } from '../../src/ptn/index.ts'
 import { startTestNode, waitFor, type Api, type ApiResponse } from '../support/node.ts'
 import { startTestRelay, startWanNode, waitForPeers } from '../support/network.ts'
 import { decodeDocument } from '../support/ptn.ts'
@@ -24,6 +24,15 @@ async function createPtns (api: Api, count: number, prefix: string): Promise<str
 async function balance (api: Api): Promise<{ currentBalance: number, pendingTransfers: number }> {
   return ok(await api.get('/v1/app/wallet'))
 }
+
+test('certificatesByUse: all in join order when they fit; else the PTNs connected peers share first, then the newest', () => {
+  const own = ['p0', 'p1', 'p2', 'p3', 'p4'].map((ptnID) => ({ ptnID, certData: `cert-${ptnID}` }))
+  const peers = [{ ptnIDs: ['p1', 'other'] }, { ptnIDs: ['p1', 'p0'] }, { ptnIDs: [] }]
+  assert.deepEqual(certificatesByUse(own, peers, 5), ['cert-p0', 'cert-p1', 'cert-p2', 'cert-p3', 'cert-p4'], 'a record that fits all does not churn with peers')
+  assert.deepEqual(certificatesByUse(own, peers, 3), ['cert-p1', 'cert-p0', 'cert-p4'])
+  assert.deepEqual(certificatesByUse(own, [], 2), ['cert-p4', 'cert-p3'])
+  assert.deepEqual(certificatesByUse([], peers, 2), [])
+})
 
 test('40 PTNs on one node: it stays connected to its peers and can send credits; a peer sharing its oldest and newest PTNs sees it as a member of both', { timeout: 180_000 }, async (t) => {
   assert.ok(MAX_ADVERTISED_CERTIFICATES < 40 && 40 <= MAX_PTN_MEMBERSHIPS, 'the test spans the record limit')
