@@ -5,11 +5,11 @@ import { identify, type Identify } from '@libp2p/identify'
 import type { PeerId } from '@libp2p/interface'
 import { mdns } from '@libp2p/mdns'
 import { ping, type Ping } from '@libp2p/ping'
-import { tcp } from '@libp2p/tcp'
 import { webSockets } from '@libp2p/websockets'
 import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
+import { HolePunch } from './hole-punch.ts'
 import { lanPresence, type LanPresence, type LanPresenceOptions } from './lan-presence.ts'
 import { DEFAULT_LISTEN, privateKeyFromIdentity } from './peer-ids.ts'
 
@@ -60,10 +60,13 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
   const log = options.log ?? pino({ level: 'silent' })
   const listen = [...(options.listen ?? DEFAULT_LISTEN)]
   if (options.relayUrl != null || options.relayReservations === true) listen.push(RELAY_RESERVATION_LISTEN)
+  const holePunch = await HolePunch.create({ log: log.child({ part: 'hole-punch' }) })
   const host = await createLibp2p<PeerHostServices>({
     privateKey: privateKeyFromIdentity(identity),
     addresses: { listen },
-    transports: [tcp(), webSockets(), circuitRelayTransport()],
+    // TCP whose hole-punching dials leave from the punch port (hole-punch.ts): behind NAT, a relayed connection is
+    // upgraded to a direct one by DCUtR when both NATs let the punch through, and stays relayed when they do not.
+    transports: [holePunch.tcp(), webSockets(), circuitRelayTransport()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     peerDiscovery: options.mdns === true ? [mdns()] : [],
@@ -74,7 +77,13 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       : { denyDialPeer: options.denyPeer, denyInboundEncryptedConnection: options.denyPeer, denyOutboundEncryptedConnection: options.denyPeer },
     // The connection monitor pings on the ping protocol too, both ways: room for its pings and our one first ping at
     // once, and for pings still closing on a busy machine, or a ping is refused and the monitor closes the connection.
-    services: { identify: identify(), ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }), lanPresence: lanPresence(options.lan) }
+    services: {
+      identify: identify(),
+      ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }),
+      lanPresence: lanPresence(options.lan),
+      dcutr: holePunch.dcutr(),
+      holePunch: holePunch.service()
+    }
   })
   log.info({ peerId: host.peerId.toString(), addrs: host.getMultiaddrs().map(String) }, 'libp2p host started')
   return host

@@ -6,6 +6,7 @@ import type { Admission, PeerType } from './admission.ts'
 import { CAPABILITIES_PROTOCOL, fetchCapabilities, type CapabilityRecord } from './capabilities.ts'
 
 export type PeerStatus = 'online' | 'degraded'
+export type PeerConnection = 'direct' | 'relayed'
 
 /** A peer in the table: a connected meshnode node whose signed capability record we verified. */
 export interface PeerInfo {
@@ -14,6 +15,9 @@ export interface PeerInfo {
   readonly status: PeerStatus
   /** Round trip of its connection, as libp2p's connection monitor last measured it; null until measured. */
   readonly latencyMs: number | null
+  /** How we reach it: `relayed` while every connection we hold to it goes through a relay (a peer behind NAT before
+   *  hole punching, or when punching fails), `direct` otherwise. */
+  readonly connection: PeerConnection
   /** Unix ms when its current record arrived (at connect, and whenever it pushes a change). */
   readonly lastSeen: number
   /** Its latest verified record. */
@@ -249,13 +253,15 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
   }
 
   #info (entry: Entry): PeerInfo {
-    const rtts = this.#deps.connections(entry.nodeID).map(connection => connection.rtt).filter((rtt): rtt is number => rtt != null)
+    const connections = this.#deps.connections(entry.nodeID)
+    const rtts = connections.map(connection => connection.rtt).filter((rtt): rtt is number => rtt != null)
     const latencyMs = rtts.length > 0 ? Math.round(Math.min(...rtts)) : entry.pingMs
     return {
       nodeID: entry.nodeID,
       type: entry.type,
       status: latencyMs == null || latencyMs <= this.#options.degradedLatencyMs ? 'online' : 'degraded',
       latencyMs,
+      connection: connections.length > 0 && connections.every(connection => !connection.direct) ? 'relayed' : 'direct',
       lastSeen: entry.lastSeen,
       record: entry.record,
       ptnIDs: [...entry.ptnIDs]

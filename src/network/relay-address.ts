@@ -55,3 +55,8 @@ export function lastPeerId (ma: Multiaddr): string | null {
   const last = components[components.length - 1]
   return last?.name === 'p2p' && last.value != null ? last.value : null
 }
+
+/** Whether `ma` goes through a circuit relay. */
+export function isCircuit (ma: Multiaddr): boolean {
+  return ma.getComponents().some(component => component.name === 'p2p-circuit')
+}

@@ -8,7 +8,7 @@ import type { NodeIdentity } from '../identity/index.ts'
 import { backoffDelayMs } from '../wire/index.ts'
 import { MAX_ADDR_CHARS, MAX_RECORD_ADDRS, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
 import { nodeIDToPeerId } from './peer-ids.ts'
-import { lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
+import { isCircuit, lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
 
 export interface WanClientDeps {
   /** Built by `createPeerHost` with `relayUrl` set, so that it takes a reservation on the relay. */
@@ -322,10 +322,6 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       this.#log.error({ err, event }, 'WanClient event listener threw')
     }
   }
-}
-
-function isCircuit (ma: Multiaddr): boolean {
-  return ma.getComponents().some(component => component.name === 'p2p-circuit')
 }
 
 /** Parses a record's addresses for dialing `peerId`, each ending in `/p2p/<peerId>`; any naming another peer is dropped. */

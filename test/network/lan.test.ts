@@ -3,34 +3,8 @@
 // when the test ends.
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFile, spawn, type ChildProcess } from 'node:child_process'
-import { promisify } from 'node:util'
-import { whyNetnsUnavailable } from '../support/netns.ts'
-import { CLI, tempDir, waitFor } from '../support/node.ts'
-
-const run = promisify(execFile)
-
-async function ip (...args: string[]): Promise<void> {
-  await run('ip', args)
-}
-
-interface LanNode {
-  ns: string
-  dataDir: string
-  port: number
-  nodeID: string
-  child: ChildProcess
-  output: () => string
-  /** Runs a meshnode client command inside the node's namespace, against it. */
-  cli (...args: string[]): Promise<string>
-  /** One HTTP request to the node's API from inside its namespace (a plain node script: faster than the CLI). */
-  api (method: string, path: string, body?: unknown): Promise<any> // eslint-disable-line @typescript-eslint/no-explicit-any
-}
-
-// Reads the answer's JSON; the node is reached on its loopback, inside the namespace.
-const FETCH_SCRIPT = 'const [url, method, body] = process.argv.slice(1); ' +
-  'fetch(url, { method, headers: { "content-type": "application/json" }, body: body === "" ? undefined : body })' +
-  '.then(async (r) => { process.stdout.write(await r.text()); if (!r.ok) process.exitCode = 1 })'
+import { ip, startNetnsNode, whyNetnsUnavailable, type NetnsNode } from '../support/netns.ts'
+import { waitFor } from '../support/node.ts'
 
 /** A bridge in its own namespace and `count` namespaces wired to it, each with 10.77.<pid>.<i>/24. */
 async function buildLan (t: TestContext, count: number): Promise<string[]> {
@@ -57,35 +31,7 @@ async function buildLan (t: TestContext, count: number): Promise<string[]> {
   return namespaces
 }
 
-async function startLanNode (t: TestContext, ns: string): Promise<LanNode> {
-  const dataDir = await tempDir(t)
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, CLI, 'serve', '--port', '0', '--data-dir', dataDir], {
-    env: { ...process.env, MESHNODE_LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  t.after(() => { if (child.exitCode == null && child.signalCode == null) child.kill('SIGKILL') })
-  let out = ''
-  child.stdout?.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  child.stderr?.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  const started = await waitFor(() => {
-    if (child.exitCode != null) throw new Error(`node in ${ns} exited with ${child.exitCode}: ${out}`)
-    const line = out.split('\n').find(l => l.includes('meshnode is listening'))
-    return line == null ? undefined : JSON.parse(line) as { port: number, nodeID: string }
-  }, { timeoutMs: 30_000, what: `the node in ${ns} to listen` })
-  const cli = async (...args: string[]): Promise<string> => {
-    const { stdout } = await run('ip', ['netns', 'exec', ns, process.execPath, CLI, ...args, '--port', String(started.port), '--data-dir', dataDir],
-      { env: { ...process.env, MESHNODE_API_KEY: '' } })
-    return stdout
-  }
-  const api = async (method: string, path: string, body?: unknown): Promise<unknown> => {
-    const { stdout } = await run('ip', ['netns', 'exec', ns, process.execPath, '-e', FETCH_SCRIPT,
-      `http://127.0.0.1:${started.port}${path}`, method, body === undefined ? '' : JSON.stringify(body)])
-    return JSON.parse(stdout)
-  }
-  return { ns, dataDir, port: started.port, nodeID: started.nodeID, child, output: () => out, cli, api }
-}
-
-async function lanPeers (node: LanNode): Promise<Array<{ nodeID: string, type: string }>> {
+async function lanPeers (node: NetnsNode): Promise<Array<{ nodeID: string, type: string }>> {
   return (await node.api('GET', '/v1/app/peers') as { peers: Array<{ nodeID: string, type: string }> }).peers
 }
 
@@ -94,7 +40,7 @@ const skipReason = whyNetnsUnavailable()
 test('LAN cluster: mDNS discovery in network namespaces; a wrong passcode is no cluster peer; off takes effect at once',
   { timeout: 120_000, skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {
     const namespaces = await buildLan(t, 3)
-    const [alpha1, alpha2, beta] = await Promise.all(namespaces.map(async ns => await startLanNode(t, ns)))
+    const [alpha1, alpha2, beta] = await Promise.all(namespaces.map(async ns => await startNetnsNode(t, ns)))
     await Promise.all(([[alpha1, 'correct horse'], [alpha2, 'correct horse'], [beta, 'battery staple']] as const).map(async ([node, passcode]) => {
       await node.api('PATCH', '/v1/app/settings', { cluster_passcode: passcode, cluster_enabled: true })
     }))

@@ -26,6 +26,7 @@ function toPeerEntry (peer: PeerInfo): PeerEntry {
     hardware: { cpu: record.hardware.cpu, memoryGB: record.hardware.memoryGB, gpu: record.hardware.gpu },
     latencyMs: peer.latencyMs,
     status: peer.status,
+    connection: peer.connection,
     lastSeen: new Date(peer.lastSeen).toISOString(),
     ptnIDs: peer.ptnIDs,
     pricePer1kTokens: microToCredits(record.pricePer1kTokensMicro),

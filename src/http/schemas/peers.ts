@@ -11,6 +11,7 @@ export const PeerEntry = z.object({
   hardware: z.object({ cpu: z.string(), memoryGB: z.number(), gpu: z.string().nullable() }),
   latencyMs: z.number().nullable().describe('round trip of the last ping; null until one answered'),
   status: z.enum(['online', 'degraded']),
+  connection: z.enum(['direct', 'relayed']).describe('an addition: relayed while every connection to the peer goes through a relay (NAT not yet, or not, hole-punched)'),
   lastSeen: IsoTime,
   ptnIDs: z.array(z.string()).describe('PTNs its certificates prove it a member of'),
   pricePer1kTokens: z.number().describe('credits per 1000 generated tokens'),
