@@ -106,8 +106,20 @@ export class HolePunch {
         const peer = `/p2p/${components.peerId.toString()}`
         return [...components.addressManager.getAddresses(), ...this.publicAddrs().map(addr => multiaddr(addr + peer))]
       }
+      // DCUtR starts on every relayed connection it accepted; without a public address of ours there is nothing the
+      // other side could dial, so it is not started then (a node on one machine or a LAN never tries in vain).
+      const registrar = withMethods(components.registrar, {
+        register: async (protocol: string, topology: Parameters<DcutrComponents['registrar']['register']>[1]) => {
+          return await components.registrar.register(protocol, {
+            ...topology,
+            onConnect: async (peer, connection) => { if (this.publicAddrs().length > 0) await topology.onConnect?.(peer, connection) }
+          })
+        }
+      })
       // libp2p's components object throws on a missing key, so it cannot be spread: DCUtR gets a view of it.
-      return dcutr()(new Proxy(components, { get: (target, key) => key === 'addressManager' ? addressManager : Reflect.get(target, key) }))
+      return dcutr()(new Proxy(components, {
+        get: (target, key) => key === 'addressManager' ? addressManager : key === 'registrar' ? registrar : Reflect.get(target, key)
+      }))
     }
   }
 
@@ -144,6 +156,17 @@ function openedDcutrStream (connections: Connection[], ma: Multiaddr): boolean {
   if (peer == null) return false
   return connections.some(connection => connection.remotePeer.toString() === peer && isCircuit(connection.remoteAddr) &&
     connection.streams.some(stream => stream.protocol === DCUTR_PROTOCOL && stream.direction === 'outbound'))
+}
+
+/** `target` with some methods replaced; the others still run on `target` itself (they may use private fields). */
+function withMethods<T extends object> (target: T, methods: Partial<T>): T {
+  return new Proxy(target, {
+    get: (object, key) => {
+      if (Object.hasOwn(methods, key)) return methods[key as keyof T]
+      const value: unknown = Reflect.get(object, key)
+      return typeof value === 'function' ? value.bind(object) : value
+    }
+  })
 }
 
 async function freePort (): Promise<number> {
