@@ -1,3 +1,8 @@
+// The local engine: one loaded model and the generations admitted on it. Over ~400 lines on purpose: model
+// lifecycle (load, swap, unload, close) and admission (waiting out a swap, counting requests in, releasing slots)
+// share one state (the active model, its admitted count, its slot pool) whose every transition must be read beside
+// the others; what stands alone is already out (slot-pool, slot-work, slot-cache, batching, chat-generation,
+// completion, embeddings, chunk-queue).
 import { stat } from 'node:fs/promises'
 import { availableParallelism } from 'node:os'
 import type { Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp'

@@ -1,23 +1,18 @@
 // The download engine: one file from a URL to disk, resumable, verified, bounded. It knows HTTP only as a client
-// and nothing of the database; the model store decides what to fetch, where it goes and what it may cost.
+// and nothing of the database; the model store decides what to fetch, where it goes and what it may cost. The .part
+// file is part-file.ts's business; progress and the idle alarm download-progress.ts's. What is left (~430 lines) is
+// one state machine, the attempt loop and how it reads each answer of the hub and its CDN, and is read as one.
 import { createHash } from 'node:crypto'
-import type { Hash } from 'node:crypto'
-import { createReadStream } from 'node:fs'
-import { open, rename, rm, stat } from 'node:fs/promises'
-import { dirname } from 'node:path'
+import { open, rm } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { InvalidInputError } from '../errors.ts'
 import { backoffDelayMs } from '../wire/index.ts'
 import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError } from './errors.ts'
+import { IdleWatch, ProgressReporter, type DownloadProgress } from './download-progress.ts'
 import { rateLimitWaitMs } from './hub.ts'
+import { commitPart, readPart, type Part } from './part-file.ts'
 
-export interface DownloadProgress {
-  receivedBytes: number
-  totalBytes: number | null
-  /** Over the last few seconds, so a stall shows quickly and a resumed download does not count old bytes. */
-  bytesPerSecond: number
-  etaSeconds: number | null
-}
+export type { DownloadProgress } from './download-progress.ts'
 
 export interface DownloadRequest {
   url: string
@@ -58,8 +53,6 @@ export interface DownloadOptions {
   idleTimeoutMs?: number
 }
 
-const PROGRESS_INTERVAL_MS = 250
-const RATE_WINDOW_MS = 5000
 const MAX_REDIRECTS = 10
 const SHA256_HEX = /^[0-9a-f]{64}$/
 
@@ -132,8 +125,6 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
   }
   return await finish(job, destination)
 }
-
-interface Part { hash: Hash, receivedBytes: number }
 
 interface Job {
   url: string
@@ -322,33 +313,9 @@ async function finish (job: Job, destination: string): Promise<DownloadResult> {
     await discardPart(job)
     throw new IntegrityError(destination, 'sha256', job.expectedSha256, sha256)
   }
-  const file = await open(job.partPath, 'r+')
-  try {
-    await file.sync() // the bytes reach the disk before the name says the file is complete
-  } finally {
-    await file.close()
-  }
-  await rename(job.partPath, destination)
-  if (process.platform !== 'win32') await syncDirectory(dirname(destination)) // and the rename itself survives a crash
+  await commitPart(job.partPath, destination)
   job.progress.finish(receivedBytes)
   return { path: destination, sha256, sizeBytes: receivedBytes }
-}
-
-/** The size and hash of a .part left by an earlier call, or an empty one. */
-async function readPart (partPath: string, signal: AbortSignal | undefined): Promise<Part> {
-  const hash = createHash('sha256')
-  try {
-    await stat(partPath)
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { hash, receivedBytes: 0 } // nothing to resume
-    throw err
-  }
-  let receivedBytes = 0
-  for await (const chunk of createReadStream(partPath, { signal })) {
-    hash.update(chunk as Buffer)
-    receivedBytes += (chunk as Buffer).length
-  }
-  return { hash, receivedBytes }
 }
 
 async function restartPart (job: Job): Promise<void> {
@@ -455,90 +422,8 @@ async function pause (ms: number, signal: AbortSignal | undefined): Promise<void
   }
 }
 
-async function syncDirectory (dir: string): Promise<void> {
-  const handle = await open(dir, 'r')
-  try {
-    await handle.sync()
-  } finally {
-    await handle.close()
-  }
-}
-
 function describe (err: unknown): string {
   if (!(err instanceof Error)) return String(err)
   // undici hides the socket's story in the cause: "fetch failed" / "terminated" alone says little
   return err.cause instanceof Error ? `${err.message} (${err.cause.message})` : err.message
-}
-
-/** Aborts its signal when `reset` has not been called for `timeoutMs`: one request's "nothing is coming" alarm. */
-class IdleWatch {
-  private readonly controller = new AbortController()
-  private readonly timeoutMs: number
-  private readonly timer: NodeJS.Timeout
-
-  constructor (timeoutMs: number) {
-    this.timeoutMs = timeoutMs
-    this.timer = this.arm()
-  }
-
-  get signal (): AbortSignal {
-    return this.controller.signal
-  }
-
-  reset (): void {
-    this.timer.refresh()
-  }
-
-  stop (): void {
-    clearTimeout(this.timer)
-  }
-
-  private arm (): NodeJS.Timeout {
-    const timer = setTimeout(() => { this.controller.abort(new Error(`idle for ${this.timeoutMs} ms`)) }, this.timeoutMs)
-    timer.unref()
-    return timer
-  }
-}
-
-/** Calls onProgress at most every PROGRESS_INTERVAL_MS, and once more at the end. */
-class ProgressReporter {
-  private readonly onProgress: ((progress: DownloadProgress) => void) | undefined
-  private samples: Array<{ atMs: number, bytes: number }> = []
-  private lastEmitMs = -Infinity
-  private totalBytes: number | null = null
-
-  constructor (onProgress: ((progress: DownloadProgress) => void) | undefined) {
-    this.onProgress = onProgress
-  }
-
-  /** A new response starts: bytes already held (or lost to a restart) are not part of the rate. */
-  begin (bytes: number): void {
-    this.samples = [{ atMs: performance.now(), bytes }]
-  }
-
-  update (bytes: number, totalBytes: number | null): void {
-    const now = performance.now()
-    this.totalBytes = totalBytes
-    this.samples.push({ atMs: now, bytes })
-    // Keep one sample older than the window as the baseline, so the rate spans the whole window
-    while (this.samples.length > 2 && this.samples[1].atMs < now - RATE_WINDOW_MS) this.samples.shift()
-    if (now - this.lastEmitMs < PROGRESS_INTERVAL_MS) return
-    this.lastEmitMs = now
-    this.emit(bytes, totalBytes)
-  }
-
-  finish (bytes: number): void {
-    this.emit(bytes, bytes)
-  }
-
-  private emit (bytes: number, totalBytes: number | null): void {
-    if (this.onProgress == null) return
-    const first = this.samples[0]
-    const last = this.samples[this.samples.length - 1]
-    const seconds = first == null || last == null ? 0 : (last.atMs - first.atMs) / 1000
-    const bytesPerSecond = seconds > 0 ? (last.bytes - first.bytes) / seconds : 0
-    const total = totalBytes ?? this.totalBytes
-    const etaSeconds = total == null ? null : bytes >= total ? 0 : bytesPerSecond > 0 ? (total - bytes) / bytesPerSecond : null
-    this.onProgress({ receivedBytes: bytes, totalBytes: total, bytesPerSecond, etaSeconds })
-  }
 }
