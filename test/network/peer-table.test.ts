@@ -1,0 +1,58 @@
+// Issue 11 item 1: the peer table is fed by libp2p's connection `rtt` and by the records peers push when they change
+// (a version number), never by a heartbeat of our own: a peer's record is fetched once, when it connects.
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import { multiaddr } from '@multiformats/multiaddr'
+import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
+import { handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from '../../src/network/libp2p-node.ts'
+import { startTestRelay, startWanNode } from '../support/network.ts'
+import { waitFor } from '../support/node.ts'
+import { standInHost, standInRecord } from '../support/stand-in.ts'
+
+test('a peer\'s record is fetched once, then only pushed; the node pushes its own when it changes; latency is the connection\'s rtt', { timeout: 60_000 }, async (t) => {
+  const relay = await startTestRelay(t)
+  const node = await startWanNode(t, relay) // FAST_NETWORK: its connection monitor pings every second
+  await waitFor(() => node.node.network.relayConnected, { what: 'WAN on at the node' })
+
+  // The peer: a node of other code that counts the fetches of its record and keeps what the node pushes to it.
+  const peer = await standInHost(t)
+  let version = 1
+  let fetches = 0
+  const pushed: CapabilityRecord[] = []
+  const handler = createCapabilitiesHandler({
+    current: () => { fetches++; return signCapabilities(peer.identity, standInRecord(peer.identity, { version })) },
+    received: (_nodeID, record) => { pushed.push(record) }
+  })
+  await handleProtocol(peer.host, CAPABILITIES_PROTOCOL, async (stream, connection) => {
+    await handler(stream, { nodeID: peerIdToNodeID(connection.remotePeer) })
+  }, { maxInboundStreams: 4 })
+  const nodeAddrs = node.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a))
+  await peer.host.dial(nodeAddrs)
+  await waitFor(() => node.node.network.isKnownPeer(peer.identity.nodeID), { what: 'the peer in the node\'s table' })
+  assert.equal(fetches, 1, 'fetched once, on connect')
+
+  // The node's record changes (its agent's name): it pushes the new version; the peer never had to ask.
+  const before = Math.max(0, ...pushed.map((record) => record.version))
+  assert.equal((await node.api.patch('/v1/app/agent/profile', { name: 'renamed agent' })).status, 200)
+  await waitFor(() => pushed.some((record) => record.agent?.name === 'renamed agent'), { what: 'the node to push its changed record' })
+  const renamed = pushed.find((record) => record.agent?.name === 'renamed agent')
+  assert.ok(renamed != null && renamed.version > before, `version ${renamed?.version} after ${before}`)
+
+  // The peer's changes reach the node as pushes: each newer version replaces the record, with no fetch.
+  for (let i = 0; i < 3; i++) {
+    version++
+    const stream = await openStream(peer.host, nodeIDToPeerId(node.nodeID), CAPABILITIES_PROTOCOL)
+    await pushCapabilities(stream, signCapabilities(peer.identity, standInRecord(peer.identity, { version, name: `v${version}` })))
+  }
+  await waitFor(() => node.node.network.peer(peer.identity.nodeID)?.record.version === version, { what: 'the node to take the pushes' })
+  assert.equal(node.node.network.peer(peer.identity.nodeID)?.record.name, `v${version}`)
+
+  // Latency is what libp2p's connection monitor measured on the connection (its pings, every second here).
+  const rtts = (): number[] => node.node.network.host.getConnections(nodeIDToPeerId(peer.identity.nodeID))
+    .map((connection) => connection.rtt).filter((rtt): rtt is number => rtt != null)
+  await waitFor(() => rtts().length > 0, { what: 'the connection monitor to measure the connection' })
+  await waitFor(() => node.node.network.peer(peer.identity.nodeID)?.latencyMs === Math.round(Math.min(...rtts())), { what: 'the latency to be the connection\'s rtt' })
+
+  // Seconds have passed, with pings and pushes in both directions: the record was still fetched only once.
+  assert.equal(fetches, 1, 'no periodic re-fetch')
+})
