@@ -166,6 +166,12 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
       this.drop(nodeID)   // de-admitted meanwhile (a setting turned off)
       return
     }
+    if (this.#deps.connections(nodeID).every(connection => connection.status !== 'open')) {
+      // Gone meanwhile: a fetch or push that finished after its last connection closed would bring back a peer that
+      // nothing would ever drop again (its disconnect has passed).
+      this.drop(nodeID)
+      return
+    }
     const entry = this.#entries.get(nodeID)
     if (entry != null && record.version <= entry.record.version) {
       if (record.version < entry.record.version) this.#deps.log.debug({ nodeID, version: record.version, held: entry.record.version }, 'peer sent an older record; ignored')

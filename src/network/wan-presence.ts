@@ -48,11 +48,13 @@ export class WanPresence {
     this.#client = null
     this.#url = null
     if (previous != null) {
+      // Off first, then stop: while the client stops (it takes a while), a WAN node that connects again must already
+      // be refused, or it would fetch our record and stay in its table with a connection nobody hangs up.
+      this.#deps.admission.setWan(false)
       const relay = previous.relayPeerId
       await previous.stop()
       // Forget the relay, or libp2p's relay discovery would dial it again to restore the reservation.
       if (relay != null) await host.peerStore.delete(relay)
-      this.#deps.admission.setWan(false)
       this.#deps.log.info('WAN stopped')
     }
     if (url == null) return true

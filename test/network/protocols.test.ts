@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
+import type { Connection } from '@libp2p/interface'
 import { streamPair } from '@libp2p/utils'
 import { pino } from 'pino'
 import { z } from 'zod'
@@ -264,14 +265,16 @@ test('infer requester: an answer out of protocol for its request is a ProtocolEr
 })
 
 /** A peer table of `me` that admits WAN peers, and a capabilities handler feeding it, on a stream pair per call. */
-function recordsServer (): { table: PeerTable, admission: Admission, push: (envelope: unknown) => Promise<unknown> } {
+function recordsServer (): { table: PeerTable, admission: Admission, push: (envelope: unknown) => Promise<unknown>, link: { connected: boolean } } {
   const admission = new Admission({ self: me.nodeID, log })
+  // The peer's connection, as libp2p's connection manager lists it: the stream pairs below stand for its streams.
+  const link = { connected: true }
   admission.setWan(true)
   const table = new PeerTable({
     admission,
     openStream: async () => { throw new Error('no fetches in this test') },
     ping: async () => { throw new Error('no pings in this test') },
-    connections: () => [],
+    connections: () => link.connected ? [{ status: 'open', rtt: undefined } as unknown as Connection] : [],
     misbehaved: async () => undefined,
     log
   })
@@ -286,7 +289,7 @@ function recordsServer (): { table: PeerTable, admission: Admission, push: (enve
     await pushCapabilities(asker, envelope as never).catch(() => undefined)
     return await served
   }
-  return { table, admission, push }
+  return { table, admission, push, link }
 }
 
 test('capabilities: a forged record pushed by a peer is a ProtocolError the network bans for, and never enters the table', async () => {
@@ -315,4 +318,19 @@ test('capabilities: pushed records are kept by version: a newer one replaces, th
   for (const version of [5, 5, 4, 7, 6]) assert.equal(await push(signCapabilities(peer, standInRecord(peer, { version, name: `v${version}` }))), null)
   assert.deepEqual(events, ['online 5', 'updated 7'])
   assert.equal(table.peer(peer.nodeID)?.record.name, 'v7')
+})
+
+test('capabilities: a record that arrives after the peer\'s last connection closed does not bring it back', async () => {
+  const { table, push, link } = recordsServer()
+  assert.equal(await push(signCapabilities(peer, standInRecord(peer, { version: 1 }))), null)
+  assert.equal(table.has(peer.nodeID), true)
+  // Its connection closes while a push (or a fetch) of a newer record is still on its way.
+  link.connected = false
+  table.disconnected(peer.nodeID)
+  assert.equal(await push(signCapabilities(peer, standInRecord(peer, { version: 2 }))), null)
+  assert.equal(table.has(peer.nodeID), false, 'nothing would ever drop it again: its disconnect has passed')
+  // Connected again, its record is taken as from any new peer.
+  link.connected = true
+  assert.equal(await push(signCapabilities(peer, standInRecord(peer, { version: 3 }))), null)
+  assert.equal(table.peer(peer.nodeID)?.record.version, 3)
 })
