@@ -24,7 +24,7 @@ export interface AdmissionOptions {
 /**
  * Who may be this node's peer, the gater of the network (like libp2p's connection gater, with meshnode's rules): a
  * node banned for misbehaving is refused both ways; a LAN node is a peer once it proved the cluster passcode on its
- * current connection, while the cluster is on; any other node is a WAN peer while WAN is on, except the relay itself.
+ * current connection, while the cluster is on; any other node is a WAN peer while WAN is on, except the relays themselves.
  * And which PTNs a peer's certificates prove it a member of: the PTN domain's verifier, trusted once it is built.
  */
 export class Admission extends EventEmitter<AdmissionEvents> {
@@ -36,7 +36,7 @@ export class Admission extends EventEmitter<AdmissionEvents> {
   readonly #lanAdmitted = new Set<string>()
   #clusterOn = false
   #wanOn = false
-  #relay: (() => string | null) | null = null
+  #isRelay: ((nodeID: string) => boolean) | null = null
   #ptnVerifier: ((nodeID: string, certificates: string[]) => string[]) | null = null
 
   constructor (deps: { self: NodeID, log: Logger }, options: AdmissionOptions = {}) {
@@ -50,7 +50,7 @@ export class Admission extends EventEmitter<AdmissionEvents> {
   typeOf (nodeID: string): PeerType | null {
     if (this.isBanned(nodeID) || nodeID === this.#self) return null
     if (this.#clusterOn && this.#lanAdmitted.has(nodeID)) return 'lan'
-    if (this.#wanOn && nodeID !== this.#relay?.()) return 'wan'
+    if (this.#wanOn && this.#isRelay?.(nodeID) !== true) return 'wan'
     return null
   }
 
@@ -111,10 +111,10 @@ export class Admission extends EventEmitter<AdmissionEvents> {
     this.#lanAdmitted.delete(nodeID)
   }
 
-  /** WAN is on (every node but the relay may be a peer) or off. `relay` names the relay once it is known. */
-  setWan (on: boolean, relay: (() => string | null) | null = null): void {
+  /** WAN is on (every node but a relay may be a peer) or off. `isRelay` tells the relays, once they are known. */
+  setWan (on: boolean, isRelay: ((nodeID: string) => boolean) | null = null): void {
     this.#wanOn = on
-    this.#relay = on ? relay : null
+    this.#isRelay = on ? isRelay : null
     this.emit('changed')
   }
 

@@ -57,6 +57,14 @@ function isMultiaddr (value: string): boolean {
   }
 }
 
+/** This node's addresses as it tells them (to a relay, in its advert): circuit ones first (reachable from anywhere). */
+export function advertisedAddrs (host: Libp2p): string[] {
+  const all = host.getMultiaddrs().map(String).filter(addr => addr.length <= MAX_ADDR_CHARS)
+  const circuit = all.filter(addr => addr.includes('/p2p-circuit'))
+  const direct = all.filter(addr => !addr.includes('/p2p-circuit'))
+  return [...circuit, ...direct].slice(0, MAX_RECORD_ADDRS)
+}
+
 /** Signs this node's directory record. */
 export function signDirectoryRecord (identity: NodeIdentity, addrs: string[], now: number = Date.now()): SignedEnvelope<DirectoryRecord> {
   return signEnvelope(identity, { nodeID: identity.nodeID, addrs, timestamp: now }, { domain: DIRECTORY_PROTOCOL })

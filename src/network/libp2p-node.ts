@@ -1,6 +1,8 @@
+import { createHash } from 'node:crypto'
 import { noise } from '@chainsafe/libp2p-noise'
 import { yamux } from '@chainsafe/libp2p-yamux'
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
+import { gossipsub, type GossipSub } from '@libp2p/gossipsub'
 import { identify, type Identify } from '@libp2p/identify'
 import type { PeerId } from '@libp2p/interface'
 import { mdns } from '@libp2p/mdns'
@@ -16,15 +18,18 @@ import { DEFAULT_LISTEN, privateKeyFromIdentity } from './peer-ids.ts'
 // The helpers that need no transports live in peer-ids.ts; they are re-exported here for callers that build hosts.
 export { DEFAULT_LISTEN, privateKeyFromIdentity, peerIdFromIdentity, peerIdToNodeID, nodeIDToPeerId, openStream, handleProtocol } from './peer-ids.ts'
 
-// Listening on this makes the circuit relay transport take a reservation on any relay we connect to (WanClient
-// dials the configured one), so peers can reach us at <relay>/p2p-circuit/p2p/<us> when they cannot dial us.
-const RELAY_RESERVATION_LISTEN = '/p2p-circuit'
+// Listening on this makes the circuit relay transport take a reservation on a relay we connect to (WanClient
+// dials the configured ones), so peers can reach us at <relay>/p2p-circuit/p2p/<us> when they cannot dial us. Listed
+// twice: reservations on two relays, so that losing one leaves us reachable through the other.
+const RELAY_RESERVATION_LISTEN = ['/p2p-circuit', '/p2p-circuit']
 
 export interface PeerHostServices extends Record<string, unknown> {
   identify: Identify
   ping: Ping
   /** LAN listener and mDNS, switched on and off at run time (PeerNetwork does, for `cluster_enabled`). */
   lanPresence: LanPresence
+  /** Gossip of the nodes' adverts (`advert-gossip.ts`). */
+  pubsub: GossipSub
 }
 
 /** The node's libp2p host. The composition root owns it: it is started by `createPeerHost` and stopped with `stop()`. */
@@ -52,14 +57,23 @@ export interface PeerHostOptions {
    * connection whose ping fails is closed, which is how a dead peer leaves the table. @default 10_000
    */
   pingIntervalMs?: number
+  /** Connections held at most (libp2p's connection manager: inbound ones beyond are refused, the least valued pruned). @default 50 */
+  maxConnections?: number
+  /** New inbound connections per second from one IP address (libp2p's default: 5). @default 5 */
+  inboundConnectionsPerSecond?: number
   log?: Logger
+}
+
+/** A gossip message's id: the SHA-256 of its data. */
+function contentId (message: { data: Uint8Array }): Uint8Array {
+  return createHash('sha256').update(message.data).digest()
 }
 
 /** Builds and starts the libp2p host whose peer id is the node key. */
 export async function createPeerHost (identity: NodeIdentity, options: PeerHostOptions = {}): Promise<PeerHost> {
   const log = options.log ?? pino({ level: 'silent' })
   const listen = [...(options.listen ?? DEFAULT_LISTEN)]
-  if (options.relayUrl != null || options.relayReservations === true) listen.push(RELAY_RESERVATION_LISTEN)
+  if (options.relayUrl != null || options.relayReservations === true) listen.push(...RELAY_RESERVATION_LISTEN)
   const holePunch = await HolePunch.create({ log: log.child({ part: 'hole-punch' }) })
   const host = await createLibp2p<PeerHostServices>({
     privateKey: privateKeyFromIdentity(identity),
@@ -70,6 +84,7 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     peerDiscovery: options.mdns === true ? [mdns()] : [],
+    connectionManager: { maxConnections: options.maxConnections ?? 50, inboundConnectionThreshold: options.inboundConnectionsPerSecond ?? 5 },
     // A ping slower than this fails and closes the connection: generous, so that a machine under load keeps its peers.
     connectionMonitor: { pingInterval: options.pingIntervalMs ?? 10_000, pingTimeout: { minTimeout: 10_000 } },
     connectionGater: options.denyPeer == null
@@ -82,7 +97,10 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       ping: ping({ maxOutboundStreams: 4, maxInboundStreams: 8 }),
       lanPresence: lanPresence(options.lan),
       dcutr: holePunch.dcutr(),
-      holePunch: holePunch.service()
+      holePunch: holePunch.service(),
+      // Adverts are signed by their node inside the message; the message id is its content's hash, so one advert
+      // heard from several peers is taken once. Peers' addresses come from the adverts, not from peer exchange.
+      pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, doPX: false, runOnLimitedConnection: true, maxInboundDataLength: 1024 * 1024, msgIdFn: contentId })
     }
   })
   log.info({ peerId: host.peerId.toString(), addrs: host.getMultiaddrs().map(String) }, 'libp2p host started')

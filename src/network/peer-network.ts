@@ -1,13 +1,19 @@
+// Over 400 lines because it is the composition of the network's parts (like js-libp2p's createLibp2p): each part is
+// its own file; what remains here is their wiring, and splitting it would scatter the one place that shows how they fit.
 import { EventEmitter } from 'node:events'
 import type { PeerId, Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { NotFoundError, UnavailableError, errorText } from '../errors.ts'
 import type { NodeIdentity } from '../identity/index.ts'
-import type { Settings, SettingsChange } from '../settings/index.ts'
+import { relayUrls, type Settings, type SettingsChange } from '../settings/index.ts'
 import { detectHardware, type HardwareInfo } from '../system/hardware.ts'
 import { ProtocolError, type SignedEnvelope } from '../wire/index.ts'
-import { Admission } from './admission.ts'
+import { Admission, type PeerType } from './admission.ts'
+import { AdvertGossip, type AdvertGossipOptions } from './advert-gossip.ts'
+import { ADVERTS_SYNC_PROTOCOL, AdvertBook, MAX_INBOUND_SYNC_STREAMS, createAdvertsSyncHandler, signAdvert, type AdvertEntry } from './adverts.ts'
+import { ConnectionPolicy } from './connection-policy.ts'
 import { CAPABILITIES_PROTOCOL, MAX_INBOUND_CAPABILITIES_STREAMS, createCapabilitiesHandler, pushCapabilities, type CapabilityRecord } from './capabilities.ts'
+import { advertisedAddrs } from './directory.ts'
 import { LanCluster } from './lan-cluster.ts'
 import type { PeerHost } from './libp2p-node.ts'
 import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, nodeIDToPeerId, openStream, peerIdToNodeID } from './peer-ids.ts'
@@ -15,7 +21,7 @@ import { PeerTable, type PeerInfo, type PeerTableEvents } from './peer-table.ts'
 import { ProtocolRegistry, type HandleOptions, type PeerStreamHandler } from './protocol-registry.ts'
 import { RecordAdvertiser, type RecordPart, type RecordParts } from './record-advertiser.ts'
 import { WanPresence } from './wan-presence.ts'
-import type { WanClientOptions } from './wan.ts'
+import { dialableAddrs, type WanClientOptions } from './wan.ts'
 
 export interface PeerNetworkDeps {
   identity: NodeIdentity
@@ -42,6 +48,14 @@ export interface PeerNetworkOptions {
   recordCheckMs?: number
   /** A change of this node's load alone is pushed at most this often. @default 5_000 */
   loadPushIntervalMs?: number
+  /** Connections held at most (issue 15): relays, PTN peers and peers in use are kept first. @default 50 */
+  maxConnections?: number
+  /** Nodes listed by a relay that this node connects to of its own accord; the others are reached on demand. @default 8 */
+  targetPeers?: number
+  /** New inbound connections per second from one IP address (many nodes on one machine: raise it). @default 5 */
+  inboundConnectionsPerSecond?: number
+  /** Tunables of advert gossip (refresh, debounce) and how long an advert lives. */
+  adverts?: AdvertGossipOptions & { ttlMs?: number }
   /** Tunables of the WAN client (sync interval, backoff). */
   wan?: Omit<WanClientOptions, 'relayUrl'>
   /** mDNS query interval. @default 10_000 */
@@ -67,6 +81,9 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   readonly #records: RecordAdvertiser
   readonly #lan: LanCluster
   readonly #wan: WanPresence
+  readonly #policy: ConnectionPolicy
+  readonly #book: AdvertBook
+  readonly #gossip: AdvertGossip
   #host: PeerHost | null = null
   /** Setting changes are applied one after another, in order. */
   #reconfiguring: Promise<void> = Promise.resolve()
@@ -100,18 +117,48 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       hardware: deps.hardware ?? detectHardware(),
       peers: () => this.#table.nodeIDs(),
       push: async (nodeID, envelope, { signal }) => { await this.#push(nodeID, envelope, signal) },
+      changed: (loadOnly) => { if (!loadOnly) this.#gossip.publishSoon() },
       log: deps.log
     }, { checkIntervalMs: options.recordCheckMs, loadPushIntervalMs: options.loadPushIntervalMs })
     this.#lan = new LanCluster({
       self, admission: this.#admission, registry: this.#registry, hangUpIfStranger: async (nodeID, why) => { await this.#hangUpIfStranger(nodeID, why) }, log: deps.log
     }, { listen: options.lanListen ?? DEFAULT_LAN_LISTEN })
-    this.#wan = new WanPresence({ identity: deps.identity, admission: this.#admission, discovered: (nodeID) => { this.#table.consider(nodeID) }, log: deps.log }, options.wan)
+    this.#book = new AdvertBook(self, { ttlMs: options.adverts?.ttlMs })
+    this.#gossip = new AdvertGossip({
+      identity: deps.identity,
+      book: this.#book,
+      record: () => this.#records.current(),
+      addrs: () => (this.#host == null ? [] : advertisedAddrs(this.#host)),
+      peers: this,
+      log: deps.log
+    }, options.adverts)
+    // A node known by its advert is dialed on demand at the addresses it signed; its relays may serve us too.
+    this.#book.on('advert', (entry) => {
+      this.#remember(entry)
+      if (this.#table.has(entry.nodeID)) this.#table.received(entry.nodeID, entry.record)   // a newer record by gossip
+    })
+    this.#policy = new ConnectionPolicy({ log: deps.log }, { maxConnections: options.maxConnections, targetPeers: options.targetPeers })
+    this.#wan = new WanPresence({
+      identity: deps.identity,
+      admission: this.#admission,
+      discovered: (nodeID) => { this.#table.consider(nodeID) },
+      dialBudget: () => this.#policy.dialBudget(),
+      relayConnected: (relayPeer) => { this.#policy.relay(relayPeer) },
+      log: deps.log
+    }, options.wan)
 
     for (const event of ['peer:online', 'peer:updated', 'peer:offline'] as const) {
       this.#table.on(event, (...args: unknown[]) => { (this.emit as (event: string, ...args: unknown[]) => boolean)(event, ...args) })
     }
     // A new peer may have fetched our record just before it changed: it gets the current one.
-    this.#table.on('peer:online', (peer) => { this.#records.pushTo(peer.nodeID) })
+    this.#table.on('peer:online', (peer) => {
+      this.#records.pushTo(peer.nodeID)
+      this.#gossip.peerOnline(peer.nodeID)
+    })
+    // PTN peers are the last connections closed when the limit is reached.
+    for (const event of ['peer:online', 'peer:updated'] as const) {
+      this.#table.on(event, (peer) => { this.#policy.ptnPeer(peer.nodeID, this.#sharesPtn(peer.ptnIDs)) })
+    }
     this.#admission.on('changed', () => { this.#admissionChanged() })
     this.#admission.on('lan:admitted', (nodeID) => {
       this.#table.recheck()   // a WAN peer found on the LAN becomes a LAN peer
@@ -134,9 +181,19 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     return this.#host?.getMultiaddrs().map(String) ?? []
   }
 
-  /** Whether the WAN client holds a connection to the relay. */
+  /** Whether a WAN client holds a connection to a relay. */
   get relayConnected (): boolean {
     return this.#wan.relayConnected
+  }
+
+  /** The relays a WAN client is connected to, by peer id. */
+  connectedRelays (): string[] {
+    return this.#wan.connectedRelays()
+  }
+
+  /** Connections held at most. */
+  get maxConnections (): number {
+    return this.#policy.maxConnections
   }
 
   /** A domain's part of this node's capability record (models, load, price, PTN certificates, agent, demand). */
@@ -184,10 +241,13 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       relayReservations: true,
       lan: { queryIntervalMs: this.#options.mdnsQueryIntervalMs ?? 10_000 },
       pingIntervalMs: this.#options.pingIntervalMs,
+      maxConnections: this.#policy.maxConnections,
+      inboundConnectionsPerSecond: this.#options.inboundConnectionsPerSecond,
       denyPeer: this.#admission.denyPeer,
       log: this.#log
     })
     this.#host = host
+    this.#policy.attach(host)
     try {
       this.#table.start()
       this.#lan.attach(host)
@@ -195,6 +255,8 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       await this.#registry.attach(host)
       host.addEventListener('peer:connect', this.#onConnect)
       host.addEventListener('peer:disconnect', this.#onDisconnect)
+      host.addEventListener('self:peer:update', this.#onAddressesChanged)
+      this.#gossip.start(host)
       this.#records.start()
       this.#unsubscribe = this.#settings.onChange((change) => { this.#reconfigure(change.current) })
       this.#reconfigure(this.#settings.get())
@@ -213,6 +275,10 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       current: () => this.#records.current(),
       received: (nodeID, record) => { this.#table.received(nodeID, record) }
     }), { maxInboundStreams: MAX_INBOUND_CAPABILITIES_STREAMS })
+    await this.#registry.handle(ADVERTS_SYNC_PROTOCOL, createAdvertsSyncHandler({
+      book: this.#book,
+      own: () => signAdvert(this.#identity, this.#records.current(), (this.#host == null ? [] : advertisedAddrs(this.#host)))
+    }), { maxInboundStreams: MAX_INBOUND_SYNC_STREAMS })
     await this.#lan.register()
   }
 
@@ -226,13 +292,22 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     this.#unsubscribe = null
     await this.#reconfiguring
     this.#records.stop()
+    try {
+      await this.#gossip.leave()
+    } catch (err) {
+      this.#log.debug({ err }, 'saying goodbye by gossip failed')
+    }
+    await this.#gossip.stop()
+    this.#book.clear()
     host.removeEventListener('peer:connect', this.#onConnect)
     host.removeEventListener('peer:disconnect', this.#onDisconnect)
+    host.removeEventListener('self:peer:update', this.#onAddressesChanged)
     try {
       await this.#wan.stop()
       await this.#lan.stop()
     } finally {
       this.#registry.detach()
+      this.#policy.attach(null)
       this.#host = null
       this.#admission.setCluster(false)
       await host.stop()
@@ -254,9 +329,12 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     if (host == null) throw new UnavailableError('The peer network is not started')
     if (!this.#table.has(nodeID) && this.#admission.typeOf(nodeID) == null) throw new NotFoundError(`Peer ${nodeID} is not connected (not in the peer table)`)
     try {
+      await this.#policy.using(nodeID)
       return await openStream(host, nodeIDToPeerId(nodeID), protocol, options)
     } catch (err) {
       if (options.signal?.aborted === true) throw options.signal.reason
+      // Known by its advert only and not reachable at its addresses: it is gone, or will say otherwise again.
+      if (!this.#table.has(nodeID) && host.getConnections(nodeIDToPeerId(nodeID)).length === 0) this.#book.forget(nodeID)
       throw new UnavailableError(`Peer ${nodeID} is unreachable: ${errorText(err)}`, { cause: err })
     }
   }
@@ -275,9 +353,25 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     return this.#table.peer(nodeID)
   }
 
-  /** The peer table, most recently heard from first. */
+  /**
+   * The peers: those connected (the peer table, most recently heard from first), then the nodes known by their advert
+   * only, most recently renewed first, which a request reaches on demand.
+   */
   peers (): PeerInfo[] {
-    return this.#table.peers()
+    const connected = this.#table.peers()
+    const advertised: PeerInfo[] = []
+    for (const entry of this.#book.list()) {
+      if (this.#table.has(entry.nodeID)) continue
+      const type = this.#admission.typeOf(entry.nodeID)
+      if (type == null) continue
+      advertised.push(advertisedPeer(entry, type, this.#admission.ptnIDsOf(entry.nodeID, entry.record.ptnCertificates)))
+    }
+    return [...connected, ...advertised]
+  }
+
+  /** Nodes known by their advert (connected or not). */
+  get advertCount (): number {
+    return this.#book.size
   }
 
   counts (): { lan: number, wan: number } {
@@ -321,12 +415,35 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   #reconfigure (settings: Settings): void {
     this.#reconfiguring = this.#reconfiguring.then(async () => {
       if (this.#host == null) return
-      const wanUrl = settings.wan_enabled && settings.wan_relay_url !== '' ? settings.wan_relay_url : null
-      if (await this.#wan.apply(wanUrl)) await this.#dropStrangers('WAN switched or relay changed')
+      const urls = settings.wan_enabled ? relayUrls(settings.wan_relay_url) : []
+      if (await this.#wan.apply(urls.length > 0 ? urls : null)) {
+        this.#gossip.reset()
+        await this.#dropStrangers('WAN switched or relay changed')
+      }
       if (await this.#lan.apply(settings.cluster_enabled, settings.cluster_passcode)) await this.#dropStrangers('LAN cluster switched or passcode changed')
     }).catch((err: unknown) => {
       this.#log.error({ err }, 'applying network settings failed')
     })
+  }
+
+  readonly #onAddressesChanged = (): void => {
+    this.#gossip.publishSoon()
+  }
+
+  /** Keeps an advertised node's addresses in the peer store (to dial it on demand) and learns its relays. */
+  #remember (entry: AdvertEntry): void {
+    this.#wan.learnRelays(entry.addrs)
+    const host = this.#host
+    if (host == null) return
+    const peerId = nodeIDToPeerId(entry.nodeID)
+    host.peerStore.merge(peerId, { multiaddrs: dialableAddrs(entry.addrs, peerId) }).catch((err: unknown) => { this.#log.debug({ err, nodeID: entry.nodeID }, 'remembering an advertised node\'s addresses failed') })
+  }
+
+  /** Whether a peer proven a member of `ptnIDs` shares one of them with this node. */
+  #sharesPtn (ptnIDs: string[]): boolean {
+    if (ptnIDs.length === 0) return false
+    const own = this.#admission.ptnIDsOf(this.#identity.nodeID, this.#records.current().body.ptnCertificates)
+    return ptnIDs.some(id => own.includes(id))
   }
 
   /** Who may be a peer changed: the table follows, and connected nodes that may now be peers are considered. */
@@ -361,6 +478,11 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     this.#log.info({ nodeID, why }, 'disconnecting a node that is not a peer')
     await this.#host.hangUp(nodeIDToPeerId(nodeID))
   }
+}
+
+/** A node known by its advert only: no connection, so no latency yet. */
+function advertisedPeer (entry: AdvertEntry, type: PeerType, ptnIDs: string[]): PeerInfo {
+  return { nodeID: entry.nodeID, type, status: 'online', latencyMs: null, lastSeen: entry.signedAt, record: entry.record, ptnIDs, connected: false, connection: 'relayed' }
 }
 
 /** Whether the settings ask for any peer networking: the relay (WAN) or the LAN cluster. */

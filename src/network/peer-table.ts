@@ -24,6 +24,8 @@ export interface PeerInfo {
   readonly record: CapabilityRecord
   /** The PTNs its certificates prove it a member of (verified by the PTN domain). */
   readonly ptnIDs: string[]
+  /** Whether this node holds a connection to it; false for a node known by its advert only (reached on demand). */
+  readonly connected: boolean
 }
 
 export interface PeerTableEvents {
@@ -270,7 +272,8 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
       connection: connections.length > 0 && connections.every(connection => !connection.direct) ? 'relayed' : 'direct',
       lastSeen: entry.lastSeen,
       record: entry.record,
-      ptnIDs: [...entry.ptnIDs]
+      ptnIDs: [...entry.ptnIDs],
+      connected: true
     }
   }
 

@@ -27,6 +27,8 @@ export interface RecordAdvertiserDeps {
   peers (): string[]
   /** Pushes the record to one peer; throws when the peer did not take it. */
   push (nodeID: string, envelope: SignedEnvelope<CapabilityRecord>, options: { signal: AbortSignal }): Promise<void>
+  /** A new version was signed; `loadOnly` when only the load changed (peers connected get it, gossip does not). */
+  changed?: (loadOnly: boolean) => void
   log: Logger
 }
 
@@ -147,6 +149,7 @@ export class RecordAdvertiser {
         this.#lastParts = all
         this.#lastRest = rest
         this.#changedAt = Date.now()
+        this.#deps.changed?.(loadOnly)
       }
     }
     if (!push || this.#version === this.#pushedVersion) return

@@ -28,6 +28,8 @@ export interface RelayLimits {
 }
 /** Nodes holding a reservation at once (libp2p's default is 15). */
 export const RELAY_MAX_RESERVATIONS = 1024
+/** Connections the relay holds at most: every node's, and the relayed ones between them. */
+export const RELAY_MAX_CONNECTIONS = 4 * RELAY_MAX_RESERVATIONS
 /** New connections per second from one IP before the relay refuses more (libp2p's default is 5; nodes behind one NAT,
  *  or on one test machine, share an IP and reconnect together after a relay restart). */
 export const RELAY_INBOUND_CONNECTIONS_PER_SECOND = 32
@@ -62,6 +64,8 @@ export interface RunningRelay {
   /** The `wan_relay_url` nodes configure: `ws://host:port` (with the listen host; behind NAT, use the public one). */
   readonly url: string
   readonly directory: RelayDirectory
+  /** Connections the relay holds now (its load: every node's, and none per relayed pair beyond the streams). */
+  connections (): number
   stop (): Promise<void>
 }
 
@@ -86,7 +90,9 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
     transports: [webSockets(), tcp()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
-    connectionManager: { inboundConnectionThreshold: RELAY_INBOUND_CONNECTIONS_PER_SECOND },
+    connectionManager: { inboundConnectionThreshold: RELAY_INBOUND_CONNECTIONS_PER_SECOND, maxConnections: RELAY_MAX_CONNECTIONS },
+    // Its pings to the nodes fail only when really lost (as the nodes' own do): a busy machine keeps its nodes.
+    connectionMonitor: { pingTimeout: { minTimeout: 10_000 } },
     services: {
       identify: identify(),
       ping: ping({ maxInboundStreams: 8 }),   // every node's connection monitor pings the relay too
@@ -113,6 +119,7 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
       multiaddrs: node.getMultiaddrs(),
       url,
       directory,
+      connections: () => node.getConnections().length,
       stop: async () => { await node.stop() }
     }
   } catch (err) {

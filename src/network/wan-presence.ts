@@ -1,30 +1,51 @@
+import { peerIdFromString } from '@libp2p/peer-id'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from '../wire/index.ts'
 import type { Admission } from './admission.ts'
 import type { PeerHost } from './libp2p-node.ts'
 import { peerIdToNodeID } from './peer-ids.ts'
 import { WanClient, type WanClientOptions } from './wan.ts'
 
+/** Relays a node holds a reservation on, and keeps a client for (more when more are configured): losing one leaves one. */
+export const WANTED_RELAYS = 2
+/** Relays learned from peers' addresses that are remembered to be tried, at most. */
+const MAX_LEARNED_RELAYS = 16
+
 export interface WanPresenceDeps {
   identity: NodeIdentity
   admission: Admission
-  /** A node the relay listed is connected: it may be a peer. */
+  /** A node a relay listed is connected: it may be a peer. */
   discovered: (nodeID: string) => void
+  /** How many more listed nodes the clients may connect to now (the connection policy). */
+  dialBudget: () => number
+  /** A relay this node uses (configured or learned): kept connected by the connection policy. */
+  relayConnected: (relayPeer: string) => void
   log: Logger
 }
 
+interface RelayClient {
+  client: WanClient
+  /** Named in `wan_relay_url`, or learned from a peer's circuit address. */
+  learned: boolean
+}
+
 /**
- * WAN presence (CONTRACT §6 `wan_enabled`, `wan_relay_url`): while on, a `WanClient` holds the relay connection, a
- * reservation and this node's directory record, and connects to the nodes the relay lists; every node but the relay
- * may then be a peer. Off, or another relay, stops the client and forgets the relay.
+ * WAN presence (CONTRACT §6 `wan_enabled`, `wan_relay_url`): while on, one `WanClient` per relay `wan_relay_url`
+ * names (one URL, or several separated by commas) holds the relay connection, this node's directory record there, and
+ * connects to some of the nodes it lists; the host keeps reservations on two relays. When fewer than two relays are
+ * configured, relays learned from peers' circuit addresses are added until two are, so that losing one relay isolates
+ * nobody. Every node but a relay may then be a peer. Off, or other relays, stops the clients and forgets the relays.
  */
 export class WanPresence {
   readonly #deps: WanPresenceDeps
   readonly #options: Omit<WanClientOptions, 'relayUrl'> | undefined
   #host: PeerHost | null = null
-  #client: WanClient | null = null
-  #url: string | null = null
+  readonly #clients = new Map<string, RelayClient>()
+  /** nodeIDs of every relay known while on (configured, connected, or seen in a peer's circuit address). */
+  readonly #relayIDs = new Set<string>()
+  /** Relay multiaddrs learned from peers, by relay nodeID, not yet given a client. */
+  readonly #learned = new Map<string, string>()
+  #urls: string[] | null = null
 
   constructor (deps: WanPresenceDeps, options?: Omit<WanClientOptions, 'relayUrl'>) {
     this.#deps = deps
@@ -35,57 +56,128 @@ export class WanPresence {
     this.#host = host
   }
 
-  /** Whether the client holds a connection to the relay. */
+  /** Whether a client holds a connection to at least one relay. */
   get relayConnected (): boolean {
-    return this.#client?.relayConnected ?? false
+    return [...this.#clients.values()].some(({ client }) => client.relayConnected)
   }
 
-  /** Switches WAN to `url` (null: off). Returns whether anything changed. */
-  async apply (url: string | null): Promise<boolean> {
+  /** The relays a client is connected to, by peer id. */
+  connectedRelays (): string[] {
+    return [...this.#clients.values()].flatMap(({ client }) => client.relayConnected && client.relayPeerId != null ? [client.relayPeerId.toString()] : [])
+  }
+
+  /** Whether `nodeID` is a relay (never a peer). */
+  isRelay (nodeID: string): boolean {
+    return this.#relayIDs.has(nodeID)
+  }
+
+  /** Switches WAN to `urls` (null: off). Returns whether anything changed. */
+  async apply (urls: string[] | null): Promise<boolean> {
     const host = this.#host
-    if (host == null || url === this.#url) return false
-    const previous = this.#client
-    this.#client = null
-    this.#url = null
-    if (previous != null) {
-      // Off first, then stop: while the client stops (it takes a while), a WAN node that connects again must already
+    if (host == null || sameList(urls, this.#urls)) return false
+    const previous = [...this.#clients.values()]
+    this.#clients.clear()
+    this.#learned.clear()
+    this.#urls = null
+    if (previous.length > 0) {
+      // Off first, then stop: while the clients stop (it takes a while), a WAN node that connects again must already
       // be refused, or it would fetch our record and stay in its table with a connection nobody hangs up.
       this.#deps.admission.setWan(false)
-      const relay = previous.relayPeerId
-      await previous.stop()
-      // Forget the relay, or libp2p's relay discovery would dial it again to restore the reservation.
-      if (relay != null) await host.peerStore.delete(relay)
+      for (const { client } of previous) {
+        const relay = client.relayPeerId
+        await client.stop()
+        // Forget the relay, or libp2p's relay discovery would dial it again to restore the reservation.
+        if (relay != null) await host.peerStore.delete(relay)
+      }
+      this.#relayIDs.clear()
       this.#deps.log.info('WAN stopped')
     }
-    if (url == null) return true
-    const client = new WanClient({ host, identity: this.#deps.identity, log: this.#deps.log.child({ part: 'wan' }) }, { ...this.#options, relayUrl: url })
-    client.on('peer:discovered', (nodeID) => { this.#deps.discovered(nodeID) })
-    this.#client = client
-    this.#url = url
-    this.#deps.admission.setWan(true, () => relayNodeID(client))
-    await client.start()
-    this.#deps.log.info({ relayUrl: url }, 'WAN started')
+    if (urls == null || urls.length === 0) return true
+    this.#urls = urls
+    this.#deps.admission.setWan(true, (nodeID) => this.isRelay(nodeID))
+    for (const url of urls) await this.#startClient(host, url, false)
+    this.#deps.log.info({ relayUrls: urls }, 'WAN started')
     return true
   }
 
+  /**
+   * Relays seen in a peer's addresses (`<relay>/p2p/<relayID>/p2p-circuit/...`): each is never a peer, and while fewer
+   * than two relays are in use, one is added.
+   */
+  learnRelays (addrs: string[]): void {
+    if (this.#urls == null) return
+    for (const addr of addrs) {
+      const at = addr.indexOf('/p2p-circuit')
+      if (at <= 0) continue
+      const relayAddr = addr.slice(0, at)
+      const relayPeer = /\/p2p\/([^/]+)$/.exec(relayAddr)?.[1]
+      const nodeID = relayPeer == null ? null : nodeIDOfPeer(relayPeer)
+      if (nodeID == null || this.#relayIDs.has(nodeID)) continue
+      this.#relayIDs.add(nodeID)
+      if (this.#learned.size < MAX_LEARNED_RELAYS) this.#learned.set(nodeID, relayAddr)
+    }
+    this.#addLearned()
+  }
+
   async stop (): Promise<void> {
-    const client = this.#client
-    this.#client = null
-    this.#url = null
+    const clients = [...this.#clients.values()]
+    this.#clients.clear()
+    this.#learned.clear()
+    this.#relayIDs.clear()
+    this.#urls = null
     this.#host = null
     this.#deps.admission.setWan(false)
-    await client?.stop()
+    for (const { client } of clients) await client.stop()
+  }
+
+  async #startClient (host: PeerHost, url: string, learned: boolean): Promise<void> {
+    const client = new WanClient({
+      host, identity: this.#deps.identity, dialBudget: this.#deps.dialBudget, log: this.#deps.log.child({ part: 'wan', relay: url })
+    }, { ...this.#options, relayUrl: url })
+    client.on('peer:discovered', (nodeID, addrs) => {
+      this.learnRelays(addrs)
+      this.#deps.discovered(nodeID)
+    })
+    client.on('relay:connected', (relayPeer) => {
+      const nodeID = nodeIDOfPeer(relayPeer)
+      if (nodeID != null) {
+        this.#relayIDs.add(nodeID)
+        this.#deps.admission.emit('changed')   // a node met as a peer may turn out to be a relay
+      }
+      this.#deps.relayConnected(relayPeer)
+    })
+    client.on('relay:disconnected', () => { this.#addLearned() })
+    this.#clients.set(url, { client, learned })
+    await client.start()
+  }
+
+  /** Adds a learned relay while fewer than `WANTED_RELAYS` are connected or being tried. */
+  #addLearned (): void {
+    const host = this.#host
+    if (host == null || this.#urls == null) return
+    const working = [...this.#clients.values()].filter(({ client, learned }) => client.relayConnected || !learned).length
+    if (working >= WANTED_RELAYS) return
+    const next = this.#learned.entries().next()
+    if (next.done === true) return
+    const [nodeID, addr] = next.value
+    this.#learned.delete(nodeID)
+    this.#deps.log.info({ relay: addr }, 'using a relay learned from a peer')
+    this.#startClient(host, addr, true).catch((err: unknown) => { this.#deps.log.warn({ err, relay: addr }, 'a learned relay could not be used') })
   }
 }
 
-function relayNodeID (client: WanClient): string | null {
-  const relay = client.relayPeerId
-  if (relay == null) return null
+function sameList (a: string[] | null, b: string[] | null): boolean {
+  if (a == null || b == null) return a === b
+  return a.length === b.length && a.every((item, i) => item === b[i])
+}
+
+/** The nodeID of a relay's peer id string, or null for one without an Ed25519 key (it can be no peer's either). */
+function nodeIDOfPeer (peer: string): string | null {
   try {
-    return peerIdToNodeID(relay)
+    return peerIdToNodeID(peerIdFromString(peer))
   } catch (err) {
-    // A relay with a non-Ed25519 key has no nodeID; it can be no peer's either.
-    if (err instanceof ProtocolError) return null
+    // Not a peer id (a malformed address a peer advertised), or a key that is not Ed25519.
+    if (err instanceof Error) return null
     throw err
   }
 }

@@ -6,7 +6,7 @@ import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
 import { backoffDelayMs } from '../wire/index.ts'
-import { MAX_ADDR_CHARS, MAX_RECORD_ADDRS, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
+import { advertisedAddrs, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
 import { nodeIDToPeerId } from './peer-ids.ts'
 import { isCircuit, lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
 
@@ -14,6 +14,11 @@ export interface WanClientDeps {
   /** Built by `createPeerHost` with `relayUrl` set, so that it takes a reservation on the relay. */
   host: Libp2p
   identity: NodeIdentity
+  /**
+   * How many more listed nodes to connect to now (the connection policy's room): the others are remembered with
+   * their addresses and dialed on demand. @default unbounded (a full mesh)
+   */
+  dialBudget?: () => number
   log: Logger
 }
 
@@ -72,6 +77,9 @@ export class WanClient extends EventEmitter<WanClientEvents> {
   readonly #reservationTimeoutMs: number
   readonly #dialTimeoutMs: number
   readonly #peers = new Map<string, WanPeer>()
+  readonly #dialBudget: () => number
+  /** The addresses last remembered in the peer store, per listed node. */
+  readonly #remembered = new Map<string, string>()
   #relayPeer: PeerId | null = null
   #relayConnected = false
   #shutdown: AbortController | null = null
@@ -82,6 +90,7 @@ export class WanClient extends EventEmitter<WanClientEvents> {
     this.#host = deps.host
     this.#identity = deps.identity
     this.#log = deps.log
+    this.#dialBudget = deps.dialBudget ?? (() => Number.POSITIVE_INFINITY)
     this.#relayAddr = relayMultiaddrFromUrl(options.relayUrl)   // a bad URL fails here, at configuration time
     this.#syncIntervalMs = options.syncIntervalMs ?? 30_000
     this.#fastSyncMs = Math.min(options.fastSyncMs ?? 1_000, this.#syncIntervalMs)
@@ -254,21 +263,17 @@ export class WanClient extends EventEmitter<WanClientEvents> {
     }
   }
 
-  /** Our record's addresses: circuit addresses first (reachable from anywhere), then direct ones. */
-  #advertisedAddrs (): string[] {
-    const all = this.#host.getMultiaddrs().map(String).filter(addr => addr.length <= MAX_ADDR_CHARS)
-    const circuit = all.filter(addr => addr.includes('/p2p-circuit'))
-    const direct = all.filter(addr => !addr.includes('/p2p-circuit'))
-    return [...circuit, ...direct].slice(0, MAX_RECORD_ADDRS)
-  }
-
   async #sync (relay: PeerId, signal: AbortSignal): Promise<void> {
-    await registerInDirectory(this.#host, relay, signDirectoryRecord(this.#identity, this.#advertisedAddrs()), { signal })
+    await registerInDirectory(this.#host, relay, signDirectoryRecord(this.#identity, advertisedAddrs(this.#host)), { signal })
     const listing = await listDirectory(this.#host, relay, { signal })
     if (listing.rejected > 0) this.#log.warn({ relay: relay.toString(), rejected: listing.rejected }, 'relay listed records that do not verify')
     const listed = listing.records.filter(record => record.nodeID !== this.#identity.nodeID)
     const peerIds = new Map(listed.map(record => [record.nodeID, nodeIDToPeerId(record.nodeID)]))
-    await Promise.all(listed.map(async record => { await this.#reach(record, peerIds.get(record.nodeID) as PeerId, signal) }))
+    for (const record of listed) await this.#remember(record, peerIds.get(record.nodeID) as PeerId)
+    // A bounded number of random listed nodes, not all of them: the rest are reachable on demand by their addresses.
+    const unconnected = shuffle(listed.filter(record => !this.#isConnectedTo(peerIds.get(record.nodeID) as PeerId)))
+    const dial = unconnected.slice(0, Math.max(0, this.#dialBudget()))
+    await Promise.all(dial.map(async record => { await this.#reach(record, peerIds.get(record.nodeID) as PeerId, signal) }))
     signal.throwIfAborted()
 
     const now = Date.now()
@@ -291,6 +296,18 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       this.#peers.delete(nodeID)
       this.#log.info({ nodeID }, 'WAN peer lost')
       this.#emitSafely('peer:lost', nodeID)
+    }
+  }
+
+  /** Keeps a listed node's addresses in the peer store, so that a request can reach it without the relay's help. */
+  async #remember (record: DirectoryRecord, peerId: PeerId): Promise<void> {
+    const key = record.addrs.join(' ')
+    if (this.#remembered.get(record.nodeID) === key) return
+    this.#remembered.set(record.nodeID, key)
+    try {
+      await this.#host.peerStore.merge(peerId, { multiaddrs: dialableAddrs(record.addrs, peerId) })
+    } catch (err) {
+      this.#log.debug({ err, nodeID: record.nodeID }, 'remembering a listed node\'s addresses failed')
     }
   }
 
@@ -324,8 +341,20 @@ export class WanClient extends EventEmitter<WanClientEvents> {
   }
 }
 
+/** A shuffled copy (Fisher-Yates): every node picks a different random part of the listing. */
+function shuffle<T> (items: T[]): T[] {
+  const out = [...items]
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1))
+    const swap = out[i]
+    out[i] = out[j]
+    out[j] = swap
+  }
+  return out
+}
+
 /** Parses a record's addresses for dialing `peerId`, each ending in `/p2p/<peerId>`; any naming another peer is dropped. */
-function dialableAddrs (addrs: string[], peerId: PeerId): Multiaddr[] {
+export function dialableAddrs (addrs: string[], peerId: PeerId): Multiaddr[] {
   const out: Multiaddr[] = []
   const id = peerId.toString()
   for (const addr of addrs) {

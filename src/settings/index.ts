@@ -1,2 +1,2 @@
-export { SettingsStore, SettingsPatch, DEFAULT_SETTINGS, INFERENCE_BACKENDS, LANGUAGES, SECRET_MASK, redactSettings } from './settings.ts'
+export { SettingsStore, SettingsPatch, DEFAULT_SETTINGS, INFERENCE_BACKENDS, LANGUAGES, SECRET_MASK, MAX_RELAY_URLS, redactSettings, relayUrls } from './settings.ts'
 export type { Settings, SettingKey, SettingsChange } from './settings.ts'

@@ -7,15 +7,25 @@ export const INFERENCE_BACKENDS = ['llama.cpp', 'peers'] as const
 export const LANGUAGES = ['en', 'zh', 'es', 'pt-BR', 'fr', 'de', 'ja', 'ko', 'ru', 'it'] as const
 const CURRENCIES = new Set(Intl.supportedValuesOf('currency'))
 
-const relayUrl = z.string().max(2048).refine((value) => value === '' || isRelayAddress(value), {
-  message: 'must be empty, a ws:// or wss:// URL, or a libp2p multiaddr'
+/** Relays `wan_relay_url` may name at once (CONTRACT §6 allows one; several, comma-separated, are an addition). */
+export const MAX_RELAY_URLS = 8
+
+/** The relays a `wan_relay_url` names: one URL or multiaddr, or several separated by commas; "" names none. */
+export function relayUrls (value: string): string[] {
+  return value.split(',').map(part => part.trim()).filter(part => part !== '')
+}
+
+const relayUrl = z.string().max(2048).refine((value) => value === '' || (
+  value.split(',').every(part => isRelayAddress(part.trim())) && relayUrls(value).length <= MAX_RELAY_URLS
+), {
+  message: `must be empty, or a ws:// or wss:// URL or libp2p multiaddr, or up to ${MAX_RELAY_URLS} of them separated by commas`
 })
 
 /** Every setting of spec §2.1 with its type and range (CONTRACT §4). Unknown keys are refused: typos must not pass. */
 export const SettingsPatch = z.strictObject({
   cluster_enabled: z.boolean().describe('Find and serve peers on the LAN (mDNS)'),
   wan_enabled: z.boolean().describe('Find and serve peers across the internet through wan_relay_url'),
-  wan_relay_url: relayUrl.describe('The meshnode relay: "", a ws:// or wss:// URL, or a libp2p multiaddr'),
+  wan_relay_url: relayUrl.describe('The meshnode relay: "", a ws:// or wss:// URL, or a libp2p multiaddr; several separated by commas'),
   max_storage_gb: z.number().positive().max(1_000_000).describe('Disk the models may take, in GB'),
   org_capacity_reservation: z.number().min(0).max(1).describe('Share of the slots kept for members of this node\'s PTNs, 0 to 1'),
   cluster_passcode: z.string().max(256).describe('Passcode LAN peers must prove; write-only: answers show "********" when set'),

@@ -30,6 +30,7 @@ function toPeerEntry (peer: PeerInfo): PeerEntry {
     lastSeen: new Date(peer.lastSeen).toISOString(),
     ptnIDs: peer.ptnIDs,
     pricePer1kTokens: microToCredits(record.pricePer1kTokensMicro),
-    capacity: { slots: record.capacity.slots, busySlots: record.capacity.busySlots, queued: record.capacity.queued }
+    capacity: { slots: record.capacity.slots, busySlots: record.capacity.busySlots, queued: record.capacity.queued },
+    connected: peer.connected
   }
 }

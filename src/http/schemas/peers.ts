@@ -15,7 +15,8 @@ export const PeerEntry = z.object({
   lastSeen: IsoTime,
   ptnIDs: z.array(z.string()).describe('PTNs its certificates prove it a member of'),
   pricePer1kTokens: z.number().describe('credits per 1000 generated tokens'),
-  capacity: z.object({ slots: z.number(), busySlots: z.number(), queued: z.number() }).describe('an addition: its load as last advertised')
+  capacity: z.object({ slots: z.number(), busySlots: z.number(), queued: z.number() }).describe('an addition: its load as last advertised'),
+  connected: z.boolean().describe('an addition: whether this node holds a connection to it; false for a node known by its gossiped advert, reached on demand')
 })
 export type PeerEntry = z.infer<typeof PeerEntry>
 

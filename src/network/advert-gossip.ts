@@ -1,0 +1,142 @@
+import { TopicValidatorResult, type Message } from '@libp2p/gossipsub'
+import type { Logger } from 'pino'
+import type { NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, isHostile, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
+import { ADVERTS_TOPIC, Advert, type AdvertBook, DEFAULT_ADVERT_REFRESH_MS, MAX_ADVERT_BYTES, openAdvert, signAdvert, syncAdverts } from './adverts.ts'
+import type { CapabilityRecord } from './capabilities.ts'
+import type { PeerHost } from './libp2p-node.ts'
+
+export interface AdvertGossipDeps {
+  identity: NodeIdentity
+  book: AdvertBook
+  /** This node's current record. */
+  record: () => SignedEnvelope<CapabilityRecord>
+  /** This node's addresses as peers should dial them (circuit ones first). */
+  addrs: () => string[]
+  /** Streams to peers, for the sync at join. */
+  peers: PeerStreams
+  log: Logger
+}
+
+export interface AdvertGossipOptions {
+  /** Re-publish unchanged this often. @default DEFAULT_ADVERT_REFRESH_MS */
+  refreshMs?: number
+  /** A change is published this long after it is seen, so that several changes go out as one. @default 500 */
+  debounceMs?: number
+  /** Peers asked for their adverts when this node joins. @default 2 */
+  syncPeers?: number
+}
+
+/**
+ * Spreads this node's advert by gossip (libp2p gossipsub): published when its record changes in anything but the load,
+ * when its addresses change, and every `refreshMs`; and takes the others' into the `AdvertBook`, checking each before
+ * gossipsub passes it on (a forged one is rejected, which costs the peer that sent it its gossip score). A joining node
+ * asks its first peers for the adverts they hold: gossip carries only what changes.
+ */
+export class AdvertGossip {
+  readonly #deps: AdvertGossipDeps
+  readonly #refreshMs: number
+  readonly #debounceMs: number
+  readonly #syncPeers: number
+  #host: PeerHost | null = null
+  #refresh: NodeJS.Timeout | null = null
+  #pending: NodeJS.Timeout | null = null
+  /** Peers a sync succeeded with since WAN was (re)started. */
+  #synced = 0
+  readonly #syncing = new Set<string>()
+  /** Whether the last publish reached nobody: published again when the mesh gains a peer. */
+  #unheard = true
+
+  constructor (deps: AdvertGossipDeps, options: AdvertGossipOptions = {}) {
+    this.#deps = deps
+    this.#refreshMs = options.refreshMs ?? DEFAULT_ADVERT_REFRESH_MS
+    this.#debounceMs = options.debounceMs ?? 500
+    this.#syncPeers = options.syncPeers ?? 2
+  }
+
+  start (host: PeerHost): void {
+    this.#host = host
+    const pubsub = host.services.pubsub
+    pubsub.topicValidators.set(ADVERTS_TOPIC, (_peer, message) => this.#validate(message))
+    pubsub.subscribe(ADVERTS_TOPIC)
+    pubsub.addEventListener('gossipsub:graft', this.#onGraft)
+    this.#refresh = setInterval(() => { this.publishSoon() }, this.#refreshMs)
+    this.#refresh.unref()
+  }
+
+  async stop (): Promise<void> {
+    const host = this.#host
+    this.#host = null
+    if (this.#refresh != null) clearInterval(this.#refresh)
+    if (this.#pending != null) clearTimeout(this.#pending)
+    this.#refresh = null
+    this.#pending = null
+    if (host == null) return
+    host.services.pubsub.removeEventListener('gossipsub:graft', this.#onGraft)
+    host.services.pubsub.unsubscribe(ADVERTS_TOPIC)
+    host.services.pubsub.topicValidators.delete(ADVERTS_TOPIC)
+  }
+
+  /** WAN restarted (or stopped): the book starts afresh, and the next peers are asked for theirs. */
+  reset (): void {
+    this.#synced = 0
+    this.#deps.book.clear()
+  }
+
+  /** Publishes this node's advert shortly (changes within `debounceMs` go out as one). */
+  publishSoon (): void {
+    if (this.#host == null || this.#pending != null) return
+    this.#pending = setTimeout(() => {
+      this.#pending = null
+      this.#publish(this.#deps.addrs()).catch((err: unknown) => { this.#deps.log.debug({ err }, 'advert publish failed') })
+    }, this.#debounceMs)
+    this.#pending.unref()
+  }
+
+  /** Says this node is leaving (a presence without addresses), so that others forget it at once. */
+  async leave (): Promise<void> {
+    await this.#publish([])
+  }
+
+  /** A peer came online: asked for its adverts while fewer than `syncPeers` have answered. */
+  peerOnline (nodeID: string): void {
+    this.publishSoon()
+    if (this.#synced >= this.#syncPeers || this.#syncing.has(nodeID) || this.#syncing.size >= this.#syncPeers) return
+    this.#syncing.add(nodeID)
+    syncAdverts(this.#deps.peers, nodeID, { signal: AbortSignal.timeout(30_000) }).then(({ adverts, rejected }) => {
+      this.#synced++
+      let kept = 0
+      for (const { advert, opened } of adverts) if (this.#deps.book.offer(advert, opened) === 'kept') kept++
+      this.#deps.log.info({ nodeID, adverts: adverts.length, kept, rejected }, 'adverts synced from a peer')
+    }, (err: unknown) => {
+      this.#deps.log.debug({ err, nodeID }, 'advert sync failed')
+    }).finally(() => { this.#syncing.delete(nodeID) })
+  }
+
+  async #publish (addrs: string[]): Promise<void> {
+    const host = this.#host
+    if (host == null) return
+    const advert = signAdvert(this.#deps.identity, this.#deps.record(), addrs)
+    const { recipients } = await host.services.pubsub.publish(ADVERTS_TOPIC, Buffer.from(JSON.stringify(advert)))
+    this.#unheard = recipients.length === 0
+  }
+
+  readonly #onGraft = (): void => {
+    if (this.#unheard) this.publishSoon()
+  }
+
+  /** gossipsub's validator: a new advert is kept and passed on; a known one is not; a forged one is rejected. */
+  #validate (message: Message): TopicValidatorResult {
+    try {
+      if (message.data.byteLength > MAX_ADVERT_BYTES) throw new ProtocolError('Advert over its size limit', 'too_large')
+      const advert = Advert.parse(JSON.parse(Buffer.from(message.data).toString('utf8')))
+      const opened = openAdvert(advert)
+      if (opened.nodeID === this.#deps.identity.nodeID) return TopicValidatorResult.Ignore
+      return this.#deps.book.offer(advert, opened) === 'known' ? TopicValidatorResult.Ignore : TopicValidatorResult.Accept
+    } catch (err) {
+      if (err instanceof SyntaxError || isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return TopicValidatorResult.Reject
+      this.#deps.log.error({ err }, 'checking a gossiped advert failed')
+      return TopicValidatorResult.Ignore
+    }
+  }
+}

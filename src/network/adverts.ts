@@ -1,0 +1,181 @@
+import { EventEmitter } from 'node:events'
+import { z } from 'zod'
+import type { NodeIdentity } from '../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, type PeerStreams, requestPeer, serveRequest } from '../wire/index.ts'
+import { MAX_CAPABILITIES_RECORD_BYTES, openCapabilities, type CapabilityRecord } from './capabilities.ts'
+import { DIRECTORY_PROTOCOL, DirectoryRecord, MAX_CLOCK_SKEW_MS, signDirectoryRecord } from './directory.ts'
+import type { PeerStreamHandler } from './protocol-registry.ts'
+
+// Adverts (issue 15): what a node serves, spread by gossip so that every node knows every other one's record without
+// being connected to it, and asked of a peer once when a node joins. An advert is the node's signed capability record
+// and its signed presence (its addresses, as it registers them at a relay), both checked against the node's key.
+
+/** The gossipsub topic adverts travel on (new version on any wire change). */
+export const ADVERTS_TOPIC = '/meshnode/adverts/1'
+/** One request per stream: a joining node asks a peer for the adverts it holds. */
+export const ADVERTS_SYNC_PROTOCOL = '/meshnode/adverts/1.0.0'
+/** One advert, on the topic or in a sync answer: a record at its largest, its presence, and room to spare. */
+export const MAX_ADVERT_BYTES = MAX_CAPABILITIES_RECORD_BYTES + 16 * 1024
+/** The largest sync answer: the most recently heard adverts that fit. */
+export const MAX_SYNC_ANSWER_BYTES = 4 * 1024 * 1024
+export const MAX_SYNC_ADVERTS = 4096
+export const ADVERTS_SYNC_TIMEOUT_MS = 10_000
+export const MAX_INBOUND_SYNC_STREAMS = 4
+/** A node re-publishes its advert this often even when nothing changed, so that others know it is still there. */
+export const DEFAULT_ADVERT_REFRESH_MS = 20 * 60_000
+/** An advert not renewed for this long is forgotten (a node that left without saying so). */
+export const DEFAULT_ADVERT_TTL_MS = 3 * DEFAULT_ADVERT_REFRESH_MS
+/** Adverts a node keeps at most; the least recently renewed go first. */
+export const MAX_ADVERTS = 100_000
+
+export const Advert = z.object({ record: SignedEnvelope, presence: SignedEnvelope })
+export type Advert = z.infer<typeof Advert>
+
+const SyncRequest = z.object({ type: z.literal('list') })
+const SyncAnswer = z.object({ adverts: z.array(Advert).max(MAX_SYNC_ADVERTS) })
+
+/** An advert checked: both parts signed by the node they name. A presence without addresses says the node left. */
+export interface OpenedAdvert {
+  nodeID: string
+  record: CapabilityRecord
+  presence: DirectoryRecord
+}
+
+/** Checks an advert (throws `ProtocolError` for a forged or malformed one). */
+export function openAdvert (advert: Advert, now: number = Date.now()): OpenedAdvert {
+  const nodeID = advert.record.signer
+  const record = openCapabilities(advert.record, nodeID)
+  const presence = openEnvelope(advert.presence, DirectoryRecord, { domain: DIRECTORY_PROTOCOL, expectedSigner: nodeID })
+  if (presence.nodeID !== nodeID) throw new ProtocolError(`Presence names ${presence.nodeID} but is signed by ${nodeID}`, 'invalid')
+  if (presence.timestamp > now + MAX_CLOCK_SKEW_MS) throw new ProtocolError(`Presence of ${nodeID} is from the future`, 'invalid')
+  return { nodeID, record, presence }
+}
+
+/** This node's advert: its current record and addresses (none: it is leaving). */
+export function signAdvert (identity: NodeIdentity, record: SignedEnvelope<CapabilityRecord>, addrs: string[]): Advert {
+  return { record, presence: signDirectoryRecord(identity, addrs) }
+}
+
+export interface AdvertEntry {
+  readonly nodeID: string
+  readonly advert: Advert
+  readonly record: CapabilityRecord
+  readonly addrs: string[]
+  /** Unix ms the node signed its presence: the advert lives `ttlMs` from then, wherever it was heard. */
+  readonly signedAt: number
+  /** Unix ms this node heard it. */
+  readonly heardAt: number
+}
+
+export interface AdvertBookEvents {
+  /** A node's advert is new here, or newer. */
+  advert: [entry: AdvertEntry]
+  /** A node said it left, or its advert expired or was found stale. */
+  gone: [nodeID: string]
+}
+
+/** What `offer` made of an advert: kept (new or newer), a node that left, or nothing new. */
+export type OfferResult = 'kept' | 'left' | 'known'
+
+/**
+ * The adverts this node has heard: one per node, the newest (a higher record version, or the same record with a later
+ * presence), each forgotten `ttlMs` after its node signed it unless renewed, or at once when the node says it left.
+ */
+export class AdvertBook extends EventEmitter<AdvertBookEvents> {
+  readonly #self: string
+  readonly #ttlMs: number
+  readonly #entries = new Map<string, AdvertEntry>()
+
+  constructor (self: string, options: { ttlMs?: number } = {}) {
+    super()
+    this.#self = self
+    this.#ttlMs = options.ttlMs ?? DEFAULT_ADVERT_TTL_MS
+  }
+
+  get size (): number {
+    return this.#entries.size
+  }
+
+  /** Takes a checked advert when it says something new. */
+  offer (advert: Advert, opened: OpenedAdvert, now: number = Date.now()): OfferResult {
+    const { nodeID, record, presence } = opened
+    if (nodeID === this.#self || presence.timestamp + this.#ttlMs <= now) return 'known'
+    const held = this.#entries.get(nodeID)
+    if (held != null && (record.version < held.record.version || (record.version === held.record.version && presence.timestamp <= held.signedAt))) return 'known'
+    if (presence.addrs.length === 0) {
+      if (held == null) return 'known'
+      this.forget(nodeID)
+      return 'left'
+    }
+    const entry: AdvertEntry = { nodeID, advert, record, addrs: presence.addrs, signedAt: presence.timestamp, heardAt: now }
+    this.#entries.delete(nodeID)   // re-inserted last: the map's order is the order of renewal
+    this.#entries.set(nodeID, entry)
+    if (this.#entries.size > MAX_ADVERTS) {
+      const oldest = this.#entries.keys().next().value
+      if (oldest != null) this.forget(oldest)
+    }
+    this.emit('advert', entry)
+    return 'kept'
+  }
+
+  get (nodeID: string, now: number = Date.now()): AdvertEntry | null {
+    const entry = this.#entries.get(nodeID)
+    if (entry == null) return null
+    if (entry.signedAt + this.#ttlMs > now) return entry
+    this.forget(nodeID)
+    return null
+  }
+
+  /** The live adverts, most recently renewed first. */
+  list (now: number = Date.now()): AdvertEntry[] {
+    const out: AdvertEntry[] = []
+    for (const entry of [...this.#entries.values()].reverse()) {
+      if (entry.signedAt + this.#ttlMs > now) out.push(entry)
+      else this.forget(entry.nodeID)
+    }
+    return out
+  }
+
+  forget (nodeID: string): void {
+    if (this.#entries.delete(nodeID)) this.emit('gone', nodeID)
+  }
+
+  clear (): void {
+    for (const nodeID of [...this.#entries.keys()]) this.forget(nodeID)
+  }
+}
+
+/** The sync protocol's serving side: the adverts held (and this node's own), most recently renewed first, that fit. */
+export function createAdvertsSyncHandler (deps: { book: AdvertBook, own: () => Advert }): PeerStreamHandler {
+  return async (stream) => {
+    await serveRequest(stream, SyncRequest, () => {
+      const adverts: Advert[] = [deps.own()]
+      let bytes = JSON.stringify(adverts[0]).length + 64
+      for (const entry of deps.book.list()) {
+        const size = JSON.stringify(entry.advert).length + 1
+        if (bytes + size > MAX_SYNC_ANSWER_BYTES || adverts.length >= MAX_SYNC_ADVERTS) break
+        adverts.push(entry.advert)
+        bytes += size
+      }
+      return { adverts }
+    }, { maxRequestBytes: 1024, maxAnswerBytes: MAX_SYNC_ANSWER_BYTES, timeoutMs: ADVERTS_SYNC_TIMEOUT_MS })
+  }
+}
+
+/** Asks a peer for the adverts it holds; each is checked here (one that does not verify is dropped and counted). */
+export async function syncAdverts (peers: PeerStreams, nodeID: string, options: { signal?: AbortSignal } = {}): Promise<{ adverts: Array<{ advert: Advert, opened: OpenedAdvert }>, rejected: number }> {
+  const answer = await requestPeer(peers, nodeID, ADVERTS_SYNC_PROTOCOL, { type: 'list' }, SyncAnswer, {
+    signal: options.signal, timeoutMs: ADVERTS_SYNC_TIMEOUT_MS, maxRequestBytes: 1024, maxAnswerBytes: MAX_SYNC_ANSWER_BYTES
+  })
+  const adverts: Array<{ advert: Advert, opened: OpenedAdvert }> = []
+  let rejected = 0
+  for (const advert of answer.adverts) {
+    try {
+      adverts.push({ advert, opened: openAdvert(advert) })
+    } catch (err) {
+      if (!(err instanceof ProtocolError)) throw err
+      rejected++
+    }
+  }
+  return { adverts, rejected }
+}

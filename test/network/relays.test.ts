@@ -1,0 +1,60 @@
+// Many relays (issue 15): `wan_relay_url` names one relay or several separated by commas; a node holds reservations on
+// two, learns relays from its peers' addresses, and losing one relay isolates nobody.
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import { startLightNode, type LightNode } from '../support/light-network.ts'
+import { FAST_NETWORK, startTestRelay } from '../support/network.ts'
+import { startTestNode, waitFor } from '../support/node.ts'
+
+test('wan_relay_url takes one relay or several separated by commas; a bad one among them is refused, nothing changed', async (t) => {
+  const node = await startTestNode(t)
+  const before = (await node.api.get('/v1/app')).body.settings
+  const good = 'ws://127.0.0.1:4001, wss://relay.example.org,/ip4/10.0.0.1/tcp/4001/ws'
+  const res = await node.api.patch('/v1/app/settings', { wan_relay_url: good })
+  assert.equal(res.status, 200, JSON.stringify(res.body))
+  assert.equal(res.body.wan_relay_url, good)
+  for (const bad of ['ws://127.0.0.1:4001,http://x.org', 'ws://a.org,,ws://b.org', 'ws://a.org,', Array.from({ length: 9 }, (_, i) => `ws://r${i}.org`).join(','), ',', 'ws://a.org,not a url']) {
+    const refused = await node.api.patch('/v1/app/settings', { wan_relay_url: bad })
+    assert.equal(refused.status, 400, `${bad}: ${JSON.stringify(refused.body)}`)
+    assert.equal(refused.body.error.param, 'wan_relay_url', bad)
+  }
+  assert.equal((await node.api.get('/v1/app')).body.settings.wan_relay_url, good)
+  assert.notEqual(before.wan_relay_url, good)
+})
+
+/** Every node lists every other one among its peers (connected, or known by its advert and reachable on demand). */
+async function waitAllSeeAll (nodes: LightNode[], what: string): Promise<void> {
+  await waitFor(() => nodes.every(node => nodes.every(other => other === node || node.network.peers().some(peer => peer.nodeID === other.nodeID))), { timeoutMs: 60_000, what })
+}
+
+test('two relays, one killed: every node still sees every other; a node told of one relay learns the other from its peers', { timeout: 180_000 }, async (t) => {
+  const [r1, r2] = await Promise.all([startTestRelay(t), startTestRelay(t)])
+  // No direct addresses: the relays are the only way between the nodes.
+  const both = await Promise.all([0, 1, 2].map(async () => await startLightNode({ relayUrls: [r1.url, r2.url], listen: [], network: FAST_NETWORK })))
+  const onlyFirst = await startLightNode({ relayUrls: [r1.url], listen: [], network: FAST_NETWORK })
+  const nodes = [...both, onlyFirst]
+  t.after(async () => { await Promise.all(nodes.map(async node => { await node.stop() })) })
+
+  await waitAllSeeAll(nodes, 'every node to see every other through the relays')
+  const relays = [r1.relay.peerId.toString(), r2.relay.peerId.toString()]
+  await waitFor(() => both.every(node => relays.every(relay => node.network.addresses().some(addr => addr.includes(`/p2p/${relay}/p2p-circuit`)))), {
+    timeoutMs: 30_000, what: 'reservations on both relays'
+  })
+  await waitFor(() => onlyFirst.network.connectedRelays().includes(relays[1]), { timeoutMs: 30_000, what: 'the node told of one relay to use the one it learned from its peers' })
+  await waitFor(() => nodes.every(node => r2.relay.directory.list().some(record => record.signer === node.nodeID)), { timeoutMs: 30_000, what: 'every node to register at the second relay' })
+
+  await r1.stop()
+  await waitFor(() => nodes.every(node => !node.network.connectedRelays().includes(relays[0])), { timeoutMs: 30_000, what: 'the nodes to lose the first relay' })
+  await waitAllSeeAll(nodes, 'every node to see every other through the second relay')
+  // Seeing is not enough: every node reaches every other through the relay left (connected to it, or on demand).
+  const server = nodes[0]
+  server.serve('after-relay-loss-model')
+  for (const node of nodes.slice(1)) {
+    await waitFor(() => node.router.candidates('after-relay-loss-model').length > 0, { timeoutMs: 60_000, what: `node ${nodes.indexOf(node)} to hear of the model` })
+    const { servedBy } = await node.ask('after-relay-loss-model', 'hi')
+    assert.equal(servedBy, `peer:${server.nodeID}`)
+  }
+  for (const node of nodes) {
+    assert.ok(node.network.host.getConnections().every(conn => !conn.remoteAddr.toString().includes(relays[0])), 'no connection left through the killed relay')
+  }
+})
