@@ -54,25 +54,12 @@ export class ConnectionPolicy {
   }
 
   /**
-   * Every new connection: a second one to the same peer (both dialed each other at once) is closed by a rule both ends
-   * agree on, and one over the limit closes the least valued idle connection at once. libp2p's own limit is checked
+   * Every new connection over the limit closes the least valued idle connection at once. libp2p's own limit is checked
    * before inbound upgrades finish, so several at once can pass it; this is what holds the limit.
    */
-  readonly #onOpen = (evt: CustomEvent<Connection>): void => {
+  readonly #onOpen = (): void => {
     const host = this.#host
     if (host == null) return
-    const opened = evt.detail
-    const same = host.getConnections(opened.remotePeer).filter(c => c.status === 'open')
-    if (same.length > 1) {
-      const keep = same.reduce((a, b) => preferred(host, a, b))
-      const self = host.peerId.toString()
-      for (const connection of same) {
-        if (connection === keep || busy(connection)) continue
-        // Two dialed by the same node: that node alone closes the newer one (the other end may list them in another order).
-        if (dialer(self, connection) === dialer(self, keep) && dialer(self, connection) !== self) continue
-        this.#close(connection, 'a second connection to the same peer')
-      }
-    }
     if (host.getConnections().length <= this.maxConnections) return
     this.#leastValued(host).then((victim) => {
       if (victim != null && host.getConnections().length > this.maxConnections) this.#close(victim, 'over the connection limit')
@@ -153,23 +140,4 @@ export class ConnectionPolicy {
 /** A connection carrying one of our protocols' streams now (a request, a record fetch): not closed to make room. */
 function busy (connection: Connection): boolean {
   return connection.streams.some(stream => stream.protocol?.startsWith('/meshnode/') === true)
-}
-
-/** The peer id of the node that dialed a connection. */
-function dialer (self: string, connection: Connection): string {
-  return connection.direction === 'outbound' ? self : connection.remotePeer.toString()
-}
-
-/**
- * Of two connections to one peer, the one kept: a direct one over a relayed one, then the one dialed by the node with
- * the smaller peer id (both ends see the same answer), then the older one.
- */
-function preferred (host: PeerHost, a: Connection, b: Connection): Connection {
-  const relayedA = a.remoteAddr.toString().includes('/p2p-circuit')
-  const relayedB = b.remoteAddr.toString().includes('/p2p-circuit')
-  if (relayedA !== relayedB) return relayedA ? b : a
-  const self = host.peerId.toString()
-  const [dialerA, dialerB] = [dialer(self, a), dialer(self, b)]
-  if (dialerA !== dialerB) return dialerA < dialerB ? a : b
-  return a.timeline.open <= b.timeline.open ? a : b
 }

@@ -54,7 +54,7 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     const peers = res.body.peers as Array<Record<string, any>> // eslint-disable-line @typescript-eslint/no-explicit-any
     assert.deepEqual(peers.map(p => p.nodeID).sort(), [b.nodeID, c.nodeID].sort())
     for (const peer of peers) {
-      assert.deepEqual(Object.keys(peer).sort(), ['capacity', 'connection', 'hardware', 'lastSeen', 'latencyMs', 'model', 'models', 'name', 'nodeID', 'pricePer1kTokens', 'ptnIDs', 'status', 'type'])
+      assert.deepEqual(Object.keys(peer).sort(), ['capacity', 'connected', 'connection', 'hardware', 'lastSeen', 'latencyMs', 'model', 'models', 'name', 'nodeID', 'pricePer1kTokens', 'ptnIDs', 'status', 'type'])
       assert.equal(peer.type, 'wan')
       assert.equal(peer.connection, 'direct', 'on one machine the nodes dial each other directly')
       assert.equal(peer.status, 'online')

@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events'
 import { pino, type Logger } from 'pino'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { NotFoundError } from '../../src/errors.ts'
-import { INFER_PROTOCOL, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler, type PeerNetworkOptions } from '../../src/network/index.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler, type PeerNetworkOptions } from '../../src/network/index.ts'
 import { sameModel } from '../../src/models/index.ts'
 import { DEFAULT_SETTINGS, type Settings, type SettingsChange } from '../../src/settings/index.ts'
 
@@ -69,7 +69,7 @@ export async function startLightNode (options: LightNodeOptions): Promise<LightN
   network.advertise('models', () => ({ loaded: model, downloaded: model == null ? [] : [model] }))
   network.advertise('capacity', () => ({ slots: 1, busySlots: 0, queued: 0, reservedSlots: 0 }))
   // The stand-in engine: answers a chat on the model it serves with who it is, the way a real one streams.
-  await network.handle(INFER_PROTOCOL, createInferHandler({
+  const infer = createInferHandler({
     policy: {
       async * generate (ask) {
         yield { type: 'delta', text: `served by ${identity.nodeID.slice(0, 8)}: ` }
@@ -79,7 +79,8 @@ export async function startLightNode (options: LightNodeOptions): Promise<LightN
       }
     },
     log: options.log ?? pino({ level: 'silent' })
-  }), { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
+  })
+  for (const protocol of [INFER_PROTOCOL, INFER_PROTOCOL_CHAT]) await network.handle(protocol, infer, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
   const router = new PeerRouter({
     local: {
       route: () => { throw new NotFoundError('no local engine') },
