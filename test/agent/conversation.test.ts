@@ -29,7 +29,7 @@ async function conversations (api: Api): Promise<Array<{ id: string, peerID: str
   return res.body.conversations
 }
 
-test('two nodes and a relay: B\'s agent is in A\'s directory, answers A with its model, and both keep the conversation', { timeout: 90_000 }, async (t) => {
+test('two nodes and a relay: B\'s agent is in A\'s directory, answers A with its model, and both keep the conversation', async (t) => {
   const relay = await startTestRelay(t)
   const [a, b] = await Promise.all([
     startWanNode(t, relay, { name: 'alice-node', agent: AGENT }),

@@ -69,7 +69,7 @@ async function filed (node: TestNode): Promise<unknown> {
   return await Promise.all(list.map(async (c) => (await node.api.get(`/v1/app/agent/conversations/${c.id}`)).body))
 }
 
-test('the agent protocol refuses forged, oversized, misaddressed and injected messages, filing nothing', { timeout: 90_000 }, async (t) => {
+test('the agent protocol refuses forged, oversized, misaddressed and injected messages, filing nothing', async (t) => {
   const relay = await startTestRelay(t)
   const node = await startChatNode(t, { network: FAST_NETWORK, agent: { maxAnswerTokens: 8 } })
   assert.equal((await node.api.patch('/v1/app/settings', wanSettings(relay))).status, 200)
@@ -131,7 +131,7 @@ test('the agent protocol refuses forged, oversized, misaddressed and injected me
   assert.deepEqual(await filed(node), afterHonest)
 })
 
-test('directory from verified records, online then offline; a peer without the agent protocol is unreachable (503)', { timeout: 60_000 }, async (t) => {
+test('directory from verified records, online then offline; a peer without the agent protocol is unreachable (503)', async (t) => {
   const relay = await startTestRelay(t)
   const node = await startChatNode(t, { network: FAST_NETWORK })
   assert.equal((await node.api.patch('/v1/app/settings', wanSettings(relay))).status, 200)

@@ -11,7 +11,7 @@ async function filed (api: Api): Promise<number> {
   return (await api.get('/v1/app/agent/conversations')).body.conversations.length
 }
 
-test('agent messages obey inference_backend: peers and the capacity reserved for PTN members', { timeout: 90_000 }, async (t) => {
+test('agent messages obey inference_backend: peers and the capacity reserved for PTN members', async (t) => {
   const relay = await startTestRelay(t)
   const [a, b] = await Promise.all([
     startWanNode(t, relay, { agent: { maxAnswerTokens: 4 } }),

@@ -28,7 +28,7 @@ async function shot (t: TestContext, page: Page, name: string): Promise<void> {
   await page.screenshot({ path: screenshotPath(await tempDir(t, 'meshnode-shots-'), name) })
 }
 
-test('the overview shows the node; every page passes axe (no serious violation) and the keyboard reaches every control', { skip, timeout: 180_000 }, async (t) => {
+test('the overview shows the node; every page passes axe (no serious violation) and the keyboard reaches every control', { skip }, async (t) => {
   const node = await startTestNode(t, { name: 'dashboard-node' })
   // Rows on every page, so the scans see tables, forms and their actions, not only empty states
   assert.equal((await node.api.post('/v1/app/apikeys', { name: 'ci' })).status, 200)
@@ -59,7 +59,7 @@ test('the overview shows the node; every page passes axe (no serious violation) 
   }
 })
 
-test('a download shows a moving progress bar, then downloaded; load; the chat streams an answer, says who answered, and stops', { skip, timeout: 180_000 }, async (t) => {
+test('a download shows a moving progress bar, then downloaded; load; the chat streams an answer, says who answered, and stops', { skip }, async (t) => {
   const files = await tempDir(t, 'meshnode-hub-files-')
   // A long context lets a greedy request run for thousands of tokens: time enough to press Stop mid-stream
   const gguf = await writeTinyGguf(join(files, 'tiny.gguf'), { seed: 7, contextLength: 4096 })
@@ -129,7 +129,7 @@ test('a download shows a moving progress bar, then downloaded; load; the chat st
   assert.equal(await page.getByRole('button', { name: 'Send' }).count(), 1)
 })
 
-test('a GGUF file on the node\'s disk is imported from the Models page; a bad path shows the node\'s message at the field', { skip, timeout: 120_000 }, async (t) => {
+test('a GGUF file on the node\'s disk is imported from the Models page; a bad path shows the node\'s message at the field', { skip }, async (t) => {
   const dir = await tempDir(t, 'meshnode-import-')
   const gguf = await writeTinyGguf(join(dir, 'My Tiny.gguf'), { seed: 3 })
   const node = await startTestNode(t)
@@ -153,7 +153,7 @@ test('a GGUF file on the node\'s disk is imported from the Models page; a bad pa
   assert.equal((await node.api.get('/v1/app')).body.model.modelID, 'my-tiny')
 })
 
-test('a new API key is shown once, then only masked; nothing lands in the page\'s storage', { skip, timeout: 120_000 }, async (t) => {
+test('a new API key is shown once, then only masked; nothing lands in the page\'s storage', { skip }, async (t) => {
   const node = await startTestNode(t)
   const { page } = await openPage(t, browser)
   await visit(page, node, 'keys', 'API keys')
@@ -184,7 +184,7 @@ test('a new API key is shown once, then only masked; nothing lands in the page\'
   assert.equal((await node.api.get('/v1/app/apikeys')).body.keys[0].status, 'revoked')
 })
 
-test('switching language to zh changes the visible text; a bad setting shows the API\'s own message at its field', { skip, timeout: 120_000 }, async (t) => {
+test('switching language to zh changes the visible text; a bad setting shows the API\'s own message at its field', { skip }, async (t) => {
   const node = await startTestNode(t)
   const { page } = await openPage(t, browser)
   await visit(page, node, 'settings', 'Settings')
@@ -214,7 +214,7 @@ test('switching language to zh changes the visible text; a bad setting shows the
   assert.equal(await page.evaluate(() => document.documentElement.lang), 'fr')
 })
 
-test('with network access on, the page asks for a key; `meshnode dashboard`\'s link signs in once and leaves no secret behind', { skip, timeout: 120_000 }, async (t) => {
+test('with network access on, the page asks for a key; `meshnode dashboard`\'s link signs in once and leaves no secret behind', { skip }, async (t) => {
   const node = await startTestNode(t)
   const key = (await node.api.post('/v1/app/apikeys', { name: 'remote' })).body.key as string
   assert.equal((await node.api.patch('/v1/app/settings', { allow_network_access: true })).status, 200)
@@ -260,7 +260,7 @@ test('with network access on, the page asks for a key; `meshnode dashboard`\'s l
   await other.page.getByText('That sign-in link was already used or has expired').waitFor()
 })
 
-test('two nodes: sending credits from one dashboard changes both balances, live', { skip, timeout: 180_000 }, async (t) => {
+test('two nodes: sending credits from one dashboard changes both balances, live', { skip }, async (t) => {
   const relay = await startTestRelay(t)
   const [a, b] = await Promise.all([startWanNode(t, relay, { name: 'alice' }), startWanNode(t, relay, { name: 'bob' })])
   await Promise.all([waitForPeers(a, [b.nodeID]), waitForPeers(b, [a.nodeID])])

@@ -45,7 +45,7 @@ test('a settings change is announced by key names only: a secret never goes out 
   assert.ok(!JSON.stringify(stream.events).includes('hunter2'))
 })
 
-test('a send is a wallet.transaction on both nodes, each with its new balance; peers come and go as peer events', { timeout: 60_000 }, async (t) => {
+test('a send is a wallet.transaction on both nodes, each with its new balance; peers come and go as peer events', async (t) => {
   const relay = await startTestRelay(t)
   const a = await startWanNode(t, relay)
   const aStream = await subscribe(t, a.api)

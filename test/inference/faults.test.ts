@@ -98,7 +98,7 @@ test('a streamed generation hit by an engine failure ends with an error event an
   await assertStillServes(node, TINY_MODEL_ID)
 })
 
-test('the crash request and an engine failure sent through a peer: the serving peer answers an error frame and lives', { timeout: 120_000 }, async (t) => {
+test('the crash request and an engine failure sent through a peer: the serving peer answers an error frame and lives', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
   const server = await startTestNode(t, { network: FAST_NETWORK })

@@ -9,7 +9,7 @@ import { writeTinyGguf } from '../support/tiny-gguf.ts'
 const MODEL = 'hf.co/meshnode-test/tiny/tiny.gguf'
 const hello = [{ role: 'user' as const, content: 'hi' }]
 
-test('demand-driven models: a node with auto_manage_models fetches and serves the model its peer keeps asking for', { timeout: 90_000 }, async (t) => {
+test('demand-driven models: a node with auto_manage_models fetches and serves the model its peer keeps asking for', async (t) => {
   const hub = await startFakeHub()
   t.after(() => hub.close())
   await hub.addFile('meshnode-test/tiny', 'tiny.gguf', (await writeTinyGguf(join(await tempDir(t, 'meshnode-hub-files-'), 'tiny.gguf'), { seed: 7 })).path)

@@ -38,7 +38,7 @@ async function lanPeers (node: NetnsNode): Promise<Array<{ nodeID: string, type:
 const skipReason = whyNetnsUnavailable()
 
 test('LAN cluster: mDNS discovery in network namespaces; a wrong passcode is no cluster peer; off takes effect at once',
-  { timeout: 120_000, skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {
+  { skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {
     const namespaces = await buildLan(t, 3)
     const [alpha1, alpha2, beta] = await Promise.all(namespaces.map(async ns => await startNetnsNode(t, ns)))
     await Promise.all(([[alpha1, 'correct horse'], [alpha2, 'correct horse'], [beta, 'battery staple']] as const).map(async ([node, passcode]) => {

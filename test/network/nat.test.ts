@@ -65,7 +65,7 @@ async function peersOf (node: NetnsNode): Promise<PeerView[]> {
 const skipReason = whyNatUnavailable()
 
 test('NAT: two nodes behind NAT routers meet through the relay, DCUtR punches a direct connection, and a chat is answered over it',
-  { timeout: 240_000, skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {
+  { skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {
     const net = await buildNattedNetwork(t, 2)
     // A fixed port: the namespace is ours alone. (With port 0 on a public address the relay cannot tell its port: libp2p
     // lists a public listen address only once AutoNAT has confirmed it.)

@@ -13,7 +13,7 @@ import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 const MODEL = 'stand-in-model'
 
-test('a peer that fails after its first token: the client gets the token, then an error; no failover; the node serves on', { timeout: 60_000 }, async (t) => {
+test('a peer that fails after its first token: the client gets the token, then an error; no failover; the node serves on', async (t) => {
   const relay = await startTestRelay(t)
   const node = await startWanNode(t, relay)
   await waitFor(() => node.node.network.relayConnected, { what: 'WAN on' })

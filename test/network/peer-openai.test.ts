@@ -46,7 +46,7 @@ async function settled (nodes: TestNode[]): Promise<void> {
   await waitFor(async () => (await Promise.all(nodes.map(async (n) => (await n.api.get('/v1/app/wallet')).body.pendingTransfers as number))).every((p) => p === 0), { what: 'every transfer acknowledged' })
 }
 
-test('three nodes and a relay: tool calls, embeddings and completions served by a peer, billed on real tokens', { timeout: 600_000 }, async (t) => {
+test('three nodes and a relay: tool calls, embeddings and completions served by a peer, billed on real tokens', async (t) => {
   const relay = await startTestRelay(t)
   const dir = await tempDir(t, 'meshnode-model-')
   // The tool definitions take a few hundred tokens in the template: the chat model gets a context that holds them.

@@ -9,7 +9,7 @@ import { startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
 import { standInHost, standInRecord } from '../support/stand-in.ts'
 
-test('a peer\'s record is fetched once, then only pushed; the node pushes its own when it changes; latency is the connection\'s rtt', { timeout: 60_000 }, async (t) => {
+test('a peer\'s record is fetched once, then only pushed; the node pushes its own when it changes; latency is the connection\'s rtt', async (t) => {
   const relay = await startTestRelay(t)
   const node = await startWanNode(t, relay) // FAST_NETWORK: its connection monitor pings every second
   await waitFor(() => node.node.network.relayConnected, { what: 'WAN on at the node' })

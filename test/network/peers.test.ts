@@ -30,7 +30,7 @@ async function servedCount (node: TestNode): Promise<number> {
   return line == null ? 0 : Number(line.split(' ').at(-1))
 }
 
-test('three nodes and a relay: discovery, the peers API, remote streamed inference through the openai client, failover', { timeout: 120_000 }, async (t) => {
+test('three nodes and a relay: discovery, the peers API, remote streamed inference through the openai client, failover', async (t) => {
   const relay = await startTestRelay(t)
   // A long context lets a serving peer's one slot stay busy for a while (the tiny model never stops on its own).
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7, contextLength: 4096 })
@@ -164,7 +164,7 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
   })
 })
 
-test('WAN: the relay restarts mid-test and the nodes find each other again; WAN off and on takes effect at once', { timeout: 90_000 }, async (t) => {
+test('WAN: the relay restarts mid-test and the nodes find each other again; WAN off and on takes effect at once', async (t) => {
   const relay = await startTestRelay(t)
   // No direct listen addresses: the only way between them is through the relay.
   const [a, b] = await Promise.all([0, 1].map(async () => await startPeer(t, relay, { config: { p2pListen: [] } })))

@@ -24,7 +24,7 @@ async function cachedTokens (node: TestNode): Promise<{ cached: number | undefin
   return { cached: data.usage?.prompt_tokens_details?.cached_tokens, prompt: data.usage?.prompt_tokens ?? 0, servedBy: response.headers.get('x-served-by') }
 }
 
-test('a peer\'s requests reuse their own prompt cache at the serving node, reported over the wire, and nobody else\'s', { timeout: 120_000 }, async (t) => {
+test('a peer\'s requests reuse their own prompt cache at the serving node, reported over the wire, and nobody else\'s', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
   const server = await startWanNode(t, relay, { slots: 1 })

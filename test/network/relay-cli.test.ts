@@ -26,7 +26,7 @@ async function startRelayProcess (t: TestContext, dataDir: string): Promise<{ pe
   }
 }
 
-test('meshnode relay: listens, keeps its peer id across restarts (key in its data dir), exits 0 on SIGTERM', { timeout: 60_000 }, async (t) => {
+test('meshnode relay: listens, keeps its peer id across restarts (key in its data dir), exits 0 on SIGTERM', async (t) => {
   const dataDir = await tempDir(t)
   const first = await startRelayProcess(t, dataDir)
   assert.match(first.url, /^ws:\/\/127\.0\.0\.1:\d+$/)

@@ -8,7 +8,7 @@ import { writeTinyGguf } from '../support/tiny-gguf.ts'
 const MODEL = 'tiny-chat'
 const hello = [{ role: 'user' as const, content: 'Tell me a story about a cat.' }]
 
-test('org_capacity_reservation keeps slots for PTN members: outsiders get 429 beyond their share, members still run', { timeout: 90_000 }, async (t) => {
+test('org_capacity_reservation keeps slots for PTN members: outsiders get 429 beyond their share, members still run', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7, contextLength: 4096 })
   const server = await startTestNode(t, { network: FAST_NETWORK, slots: 2, contextSize: 4096 })

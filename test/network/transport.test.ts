@@ -16,7 +16,7 @@ import { WanClient } from '../../src/network/wan.ts'
 const log = pino({ level: process.env.MESHNODE_TEST_LOG ?? 'silent' })
 
 /** Polls a condition until it holds; fails with `what` at the deadline. */
-async function waitFor (what: string, condition: () => boolean, timeoutMs = 20_000): Promise<void> {
+async function waitFor (what: string, condition: () => boolean, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`)
@@ -121,7 +121,7 @@ function relayedOnly (from: PeerHost, to: PeerId): boolean {
   return connections.length > 0 && connections.every(c => c.remoteAddr.toString().includes('/p2p-circuit'))
 }
 
-await test('nodes meet through the relay directory, stream 1 MiB over a relayed connection, and survive a relay restart', { timeout: 60_000 }, async (t: TestContext) => {
+await test('nodes meet through the relay directory, stream 1 MiB over a relayed connection, and survive a relay restart', async (t: TestContext) => {
   const relaySeed = generateSeed()
   let relay: RunningRelay = await startRelay({ port: 0, seed: relaySeed, log })
   const relayPort = Number(new URL(relay.url).port)
@@ -218,7 +218,7 @@ await test('nodes meet through the relay directory, stream 1 MiB over a relayed 
   })
 })
 
-await test('through a relay with finite limits: connections are limited, our protocols still run and reuse them, and a cut answer is an error', { timeout: 30_000 }, async (t: TestContext) => {
+await test('through a relay with finite limits: connections are limited, our protocols still run and reuse them, and a cut answer is an error', async (t: TestContext) => {
   const relay = await startRelay({ port: 0, log, limits: { dataBytes: 256n * 1024n, durationMs: 60_000 } })
   t.after(async () => { await relay.stop() })
   const [x, y] = await Promise.all([0, 1].map(async () => {

@@ -34,7 +34,7 @@ test('certificatesByUse: all in join order when they fit; else the PTNs connecte
   assert.deepEqual(certificatesByUse([], peers, 2), [])
 })
 
-test('40 PTNs on one node: it stays connected to its peers and can send credits; a peer sharing its oldest and newest PTNs sees it as a member of both', { timeout: 180_000 }, async (t) => {
+test('40 PTNs on one node: it stays connected to its peers and can send credits; a peer sharing its oldest and newest PTNs sees it as a member of both', async (t) => {
   assert.ok(MAX_ADVERTISED_CERTIFICATES < 40 && 40 <= MAX_PTN_MEMBERSHIPS, 'the test spans the record limit')
   const relay = await startTestRelay(t)
   const [a, b] = await Promise.all([startWanNode(t, relay), startWanNode(t, relay)])
@@ -76,7 +76,7 @@ test('40 PTNs on one node: it stays connected to its peers and can send credits;
   assert.deepEqual(ok(await a.api.get('/v1/app/wallet/pending')), { transfers: [] })
 })
 
-test(`at ${MAX_PTN_MEMBERSHIPS} memberships create, join-with-cert and recover answer 409 and change nothing; leaving one makes room`, { timeout: 180_000 }, async (t) => {
+test(`at ${MAX_PTN_MEMBERSHIPS} memberships create, join-with-cert and recover answer 409 and change nothing; leaving one makes room`, async (t) => {
   const [node, other] = await Promise.all([startTestNode(t), startTestNode(t)])
   const ptnIDs = await createPtns(node.api, MAX_PTN_MEMBERSHIPS, 'full')
   const before = ok(await node.api.get('/v1/app/ptn'))

@@ -100,7 +100,7 @@ async function launch (t: TestContext, config: NodeConfig, options: { logDestina
 
 /** Polls `check` until it returns a value other than undefined/false, or fails after `timeoutMs`. */
 export async function waitFor<T> (check: () => Promise<T | undefined | false> | T | undefined | false, options: { timeoutMs?: number, intervalMs?: number, what?: string } = {}): Promise<T> {
-  const deadline = Date.now() + (options.timeoutMs ?? 20_000)
+  const deadline = Date.now() + (options.timeoutMs ?? 60_000)
   let lastError: unknown = null
   while (Date.now() < deadline) {
     try {

@@ -70,7 +70,7 @@ async function converged (payer: ProcessNode, payee: ProcessNode, accepted: stri
   assert.equal(Math.round((a.currentBalance + b.currentBalance) * 1e6), 200_000_000, 'conserved')
 }
 
-test('kill -9 of the payee, then of the payer, in the middle of transfers: the ledgers converge, nothing twice', { timeout: 180_000 }, async (t) => {
+test('kill -9 of the payee, then of the payer, in the middle of transfers: the ledgers converge, nothing twice', async (t) => {
   const relay = await startTestRelay(t)
   let a = await spawnNode(t, relay, await tempDir(t))
   let b = await spawnNode(t, relay, await tempDir(t))

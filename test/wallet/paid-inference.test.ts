@@ -47,7 +47,7 @@ async function settled (nodes: TestNode[]): Promise<void> {
   await waitFor(async () => (await Promise.all(nodes.map(async (n) => (await summary(n.api)).pendingTransfers))).every((p) => p === 0), { what: 'every transfer acknowledged' })
 }
 
-test('paid remote inference: each requester pays the server exactly ceil(price × tokens / 1000), recorded on both sides', { timeout: 120_000 }, async (t) => {
+test('paid remote inference: each requester pays the server exactly ceil(price × tokens / 1000), recorded on both sides', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
   // A high electricity cost makes the tiny model's price large enough that an off-by-one would show.
@@ -88,7 +88,7 @@ test('paid remote inference: each requester pays the server exactly ceil(price �
   }
 })
 
-test('a requester that cannot pay the most a request may cost gets 402 before the peer does any work', { timeout: 120_000 }, async (t) => {
+test('a requester that cannot pay the most a request may cost gets 402 before the peer does any work', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
   const [a, b] = await Promise.all([startPeer(t, relay), startPeer(t, relay, { modelPath: path })])

@@ -13,7 +13,7 @@ import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 interface Pending { id: string, peerID: string, amount: number, memo: string, createdAt: string, attempts: number, lastError: string | null, nextAttemptAt: string }
 
-test('a stranded transfer names its payee, is listed as pending, and goes out when the payee comes back online', { timeout: 90_000 }, async (t) => {
+test('a stranded transfer names its payee, is listed as pending, and goes out when the payee comes back online', async (t) => {
   const relay = await startTestRelay(t)
   const payer = await startWanNode(t, relay)
   await waitFor(() => payer.node.network.relayConnected, { what: 'WAN on at the payer' })
