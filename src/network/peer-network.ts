@@ -7,7 +7,7 @@ import { NotFoundError, UnavailableError, errorText } from '../errors.ts'
 import type { NodeIdentity } from '../identity/index.ts'
 import { relayUrls, type Settings, type SettingsChange } from '../settings/index.ts'
 import { detectHardware, type HardwareInfo } from '../system/hardware.ts'
-import { ProtocolError, type SignedEnvelope } from '../wire/index.ts'
+import { ProtocolError, openPeerStream, type SignedEnvelope } from '../wire/index.ts'
 import { Admission, type PeerType } from './admission.ts'
 import { AdvertGossip, type AdvertGossipOptions } from './advert-gossip.ts'
 import { ADVERTS_SYNC_PROTOCOL, AdvertBook, MAX_INBOUND_SYNC_STREAMS, createAdvertsSyncHandler, signAdvert, type AdvertEntry } from './adverts.ts'
@@ -396,7 +396,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   }
 
   async #push (nodeID: string, envelope: SignedEnvelope<CapabilityRecord>, signal: AbortSignal): Promise<void> {
-    const stream = await this.open(nodeID, CAPABILITIES_PROTOCOL, { signal: AbortSignal.any([signal, AbortSignal.timeout(10_000)]) })
+    const stream = await openPeerStream(this, nodeID, CAPABILITIES_PROTOCOL, { signal })
     await pushCapabilities(stream, envelope, { signal })
   }
 
