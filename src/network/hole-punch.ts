@@ -28,6 +28,11 @@ import { isCircuit } from './relay-address.ts'
 /** The dial priority DCUtR gives its hole-punching dials (@libp2p/dcutr 3.0.28, `DCUTR_DIAL_PRIORITY`); no other dial uses it. */
 const DCUTR_DIAL_PRIORITY = 100
 const DCUTR_PROTOCOL = '/libp2p/dcutr'
+/** One DCUtR attempt: the exchange over the relay and the simultaneous dial with its Noise and yamux handshakes.
+ *  DCUtR's default of 5 s is lost by a busy machine; a failed attempt then costs this long before the next (3 in all). */
+const DCUTR_ATTEMPT_MS = 15_000
+/** How long a relayed connection waits for our public address (learned by identify with the relay) before DCUtR. */
+const PUBLIC_ADDRESS_WAIT_MS = 30_000
 
 type DcutrComponents = Parameters<ReturnType<typeof dcutr>>[0] & { peerId: PeerId }
 /** libp2p hands every transport all its components; the wrapper needs the connections besides TCP's own. */
@@ -41,6 +46,8 @@ export class HolePunch {
   /** The local port hole-punching dials leave from. */
   readonly port: number
   readonly #publicAddrs = new Map<'ip4' | 'ip6', string>()
+  /** Called once we know a public address: relayed connections that opened before we did wait for it. */
+  readonly #addressWaiters = new Set<() => void>()
   readonly #log: Logger
 
   private constructor (port: number, log: Logger) {
@@ -65,6 +72,20 @@ export class HolePunch {
     const ip = observedAddr.getComponents()[0]
     if (ip == null || (ip.name !== 'ip4' && ip.name !== 'ip6') || ip.value == null || isPrivate(observedAddr)) return
     this.#publicAddrs.set(ip.name, `/${ip.name}/${ip.value}/tcp/${this.port}`)
+    for (const wake of this.#addressWaiters) wake()
+    this.#addressWaiters.clear()
+  }
+
+  /** Whether we know a public address, waiting up to `ms` for one (identify with the relay may answer after a peer
+   *  has already reached us through it). */
+  async #publicAddressKnown (ms: number): Promise<boolean> {
+    if (this.publicAddrs().length > 0) return true
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms)
+      function done (): void { clearTimeout(timer); resolve() }
+      this.#addressWaiters.add(done)
+    })
+    return this.publicAddrs().length > 0
   }
 
   /** libp2p's TCP transport, whose hole-punching dials leave from the punch port, as the right side of the upgrade. */
@@ -112,12 +133,15 @@ export class HolePunch {
         register: async (protocol: string, topology: Parameters<DcutrComponents['registrar']['register']>[1]) => {
           return await components.registrar.register(protocol, {
             ...topology,
-            onConnect: async (peer, connection) => { if (this.publicAddrs().length > 0) await topology.onConnect?.(peer, connection) }
+            onConnect: async (peer, connection) => {
+              if (!await this.#publicAddressKnown(PUBLIC_ADDRESS_WAIT_MS) || connection.status !== 'open') return
+              await topology.onConnect?.(peer, connection)
+            }
           })
         }
       })
       // libp2p's components object throws on a missing key, so it cannot be spread: DCUtR gets a view of it.
-      return dcutr()(new Proxy(components, {
+      return dcutr({ timeout: DCUTR_ATTEMPT_MS })(new Proxy(components, {
         get: (target, key) => key === 'addressManager' ? addressManager : key === 'registrar' ? registrar : Reflect.get(target, key)
       }))
     }

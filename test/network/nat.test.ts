@@ -85,8 +85,13 @@ test('NAT: two nodes behind NAT routers meet through the relay, DCUtR punches a 
     }))
 
     // Relayed first: the only way they can meet. Then DCUtR joins a direct connection to the relayed one.
-    await waitFor(() => /hole punched/.test(server.output()) && /hole punched/.test(client.output()),
-      { timeoutMs: 120_000, intervalMs: 500, what: 'a direct connection to join the relayed one on both nodes' })
+    try {
+      await waitFor(() => /hole punched/.test(server.output()) && /hole punched/.test(client.output()),
+        { timeoutMs: 120_000, intervalMs: 500, what: 'a direct connection to join the relayed one on both nodes' })
+    } catch (err) {
+      t.diagnostic(`server:\n${server.output().slice(-6000)}\nclient:\n${client.output().slice(-6000)}`)
+      throw err
+    }
     const upgrade = client.output().split('\n').find(line => line.includes('hole punched')) as string
     const logged = JSON.parse(upgrade) as { relayed: string, direct: string }
     assert.match(logged.relayed, /\/p2p-circuit/)

@@ -83,7 +83,7 @@ const FETCH_SCRIPT = 'const [url, method, body] = process.argv.slice(1); ' +
 export async function spawnInNetns<T> (t: TestContext, ns: string, args: string[], ready: string): Promise<NetnsProcess & { ready: T }> {
   const dataDir = await tempDir(t)
   const child = spawn('ip', ['netns', 'exec', ns, process.execPath, CLI, ...args, '--data-dir', dataDir], {
-    env: { ...process.env, MESHNODE_LOG_LEVEL: 'info' },
+    env: { ...process.env, MESHNODE_LOG_LEVEL: process.env.MESHNODE_NETNS_LOG ?? 'info' },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   t.after(() => { if (child.exitCode == null && child.signalCode == null) child.kill('SIGKILL') })
