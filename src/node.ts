@@ -6,6 +6,7 @@ import { ADMIN_TOKEN_FILE, DASHBOARD_DIR, VERSION, type NodeConfig } from './con
 import { InvalidInputError } from './errors.ts'
 import { buildHttpApp } from './http/app.ts'
 import { NetworkListener, readTlsCredentials } from './http/network-listener.ts'
+import { drainConnections } from './http/connections.ts'
 import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
@@ -223,11 +224,11 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       stopFollowingAccess()
       // Requests in flight may finish, but not forever: a long generation or agent exchange is cut after the grace
       // period so that a SIGTERM always ends in a clean database close.
-      const grace = setTimeout(() => { http.server.closeAllConnections() }, config.shutdownGraceMs)
+      const drained = drainConnections(http.server, config.shutdownGraceMs)
       try {
         await Promise.all([http.close(), networkListener.close({ graceMs: config.shutdownGraceMs })])
       } finally {
-        clearTimeout(grace)
+        drained()
       }
     })
     await network.start()

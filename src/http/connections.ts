@@ -42,6 +42,18 @@ export function serverOptions (limits: ConnectionLimits): ServerOptions {
 }
 
 /**
+ * Drains a server that is closing: a connection is closed as soon as its last request has finished (a kept-alive
+ * client would otherwise hold the close, and a SIGTERM, for its whole keep-alive timeout), and every connection is cut
+ * once `graceMs` is over. Call the function it returns when the server has closed.
+ */
+export function drainConnections (server: Server, graceMs: number): () => void {
+  server.closeIdleConnections()
+  const sweep = setInterval(() => { server.closeIdleConnections() }, 100)
+  const cut = setTimeout(() => { server.closeAllConnections() }, graceMs)
+  return () => { clearInterval(sweep); clearTimeout(cut) }
+}
+
+/**
  * Caps the connections each client address holds, across every server it watches (the loopback listener and the
  * network ones share one count). The one over the cap is answered 429 in the envelope and closed at once, before any
  * of its bytes are read as a request.

@@ -4,6 +4,7 @@ import { isIP } from 'node:net'
 import { networkInterfaces } from 'node:os'
 import type { Logger } from 'pino'
 import type { TlsCredentials } from './app.ts'
+import { drainConnections } from './connections.ts'
 import { isLoopbackAddress } from './guards.ts'
 
 export interface NetworkListenerDeps {
@@ -110,10 +111,9 @@ export class NetworkListener {
     if (server == null) return
     this.#servers.delete(host)
     const closed = new Promise<void>((resolve) => { server.close(() => { resolve() }) }) // once every connection is gone
-    server.closeIdleConnections()
-    const cut = setTimeout(() => { server.closeAllConnections() }, graceMs)
+    const drained = drainConnections(server, graceMs)
     await closed
-    clearTimeout(cut)
+    drained()
     this.#deps.log.info({ host }, 'stopped listening on the network')
   }
 

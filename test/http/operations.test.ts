@@ -1,5 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import { Agent, request } from 'node:http'
 import { startTestNode, waitFor } from '../support/node.ts'
 import { collectSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 
@@ -24,13 +25,51 @@ test('keep_awake holds a sleep inhibitor while on, or the snapshot says why it c
 
 test('closing the node (what SIGTERM does) finishes the request in flight, then closes the database', async (t) => {
   // A grace period no busy machine can outlast: this test is about finishing, the next one about the cut
-  const { node, openai } = await startChatNode(t, { contextSize: 8192, shutdownGraceMs: 600_000 }, { contextLength: 8192 })
-  const inFlight = openai.chat.completions.create({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'go' }], max_tokens: 1500, temperature: 0 })
-  await waitFor(() => node.engine.stats().busySlots === 1, { what: 'generation to start' })
-  const closing = node.close()
-  const answer = await inFlight
-  assert.equal(answer.usage?.completion_tokens, 1500, 'the request in flight ran to its end')
+  const { node, openai } = await startChatNode(t, { shutdownGraceMs: 600_000 })
+  const stream = await openai.chat.completions.create({
+    model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'go' }], max_tokens: 300, temperature: 0, stream: true, stream_options: { include_usage: true }
+  })
+  let closing: Promise<void> | undefined
+  let usage: { completion_tokens: number } | null | undefined
+  for await (const chunk of stream) {
+    if (closing == null && (chunk.choices[0]?.delta.content ?? '') !== '') {
+      // The first token is here and 299 are still to come: the node is asked to close in the middle of the answer
+      assert.equal(node.engine.stats().busySlots, 1, 'the request is in flight when the node is closed')
+      closing = node.close()
+    }
+    usage = chunk.usage ?? usage
+  }
+  assert.ok(closing != null, 'the answer had a token')
+  assert.equal(usage?.completion_tokens, 300, 'the request in flight ran to its end')
   await closing
+  assert.throws(() => node.db.prepare('SELECT 1').get(), /not open/)
+})
+
+test('a client that keeps its connection alive does not hold the close once its request is answered', async (t) => {
+  // This client never hangs up and the node would keep an idle connection for 10 minutes: the close ends the
+  // connection as soon as the request in flight is answered, or this test outlasts the suite's limit.
+  const { node } = await startChatNode(t, { shutdownGraceMs: 600_000, http: { keepAliveTimeoutMs: 600_000 } })
+  const agent = new Agent({ keepAlive: true })
+  t.after(() => { agent.destroy() })
+  const answer = await new Promise<{ status: number | undefined, body: string, closing: Promise<void> | undefined }>((resolve, reject) => {
+    const req = request(`${node.url}/v1/chat/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+      let body = ''
+      let closing: Promise<void> | undefined
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => {
+        body += chunk
+        if (closing == null && body.includes('"content"')) closing = node.close() // the answer has begun: close the node
+      })
+      res.on('end', () => { resolve({ status: res.statusCode, body, closing }) })
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(JSON.stringify({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'go' }], max_tokens: 300, temperature: 0, stream: true }))
+  })
+  assert.equal(answer.status, 200)
+  assert.match(answer.body, /data: \[DONE\]/, 'the answer in flight was finished')
+  assert.ok(answer.closing != null, 'the node was closed during the answer')
+  await answer.closing
   assert.throws(() => node.db.prepare('SELECT 1').get(), /not open/)
 })
 
