@@ -81,7 +81,7 @@ export class HolePunch {
   async #publicAddressKnown (ms: number): Promise<boolean> {
     if (this.publicAddrs().length > 0) return true
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms)
+      const timer = setTimeout(done, ms).unref() // a node that stops meanwhile is not held up
       function done (): void { clearTimeout(timer); resolve() }
       this.#addressWaiters.add(done)
     })
@@ -134,7 +134,9 @@ export class HolePunch {
           return await components.registrar.register(protocol, {
             ...topology,
             onConnect: async (peer, connection) => {
-              if (!await this.#publicAddressKnown(PUBLIC_ADDRESS_WAIT_MS) || connection.status !== 'open') return
+              // DCUtR acts on the relayed connections it accepted only; those wait for our public address
+              const upgradable = isCircuit(connection.remoteAddr) && connection.direction === 'inbound'
+              if (upgradable && (!await this.#publicAddressKnown(PUBLIC_ADDRESS_WAIT_MS) || connection.status !== 'open')) return
               await topology.onConnect?.(peer, connection)
             }
           })
