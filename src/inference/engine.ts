@@ -17,6 +17,7 @@ import { planCompletion } from './completion.ts'
 import { Embedder } from './embeddings.ts'
 import { ModelLoadError, ModelSwappedError, NoModelLoadedError, QueueFullError } from './errors.ts'
 import { Accelerator } from './gpu.ts'
+import { compactHeap } from './heap.ts'
 import { defaultInferenceThreads, llamaModule } from './llama.ts'
 import { checkTokenIDs } from './sampling.ts'
 import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type Requester } from './slot-cache.ts'
@@ -152,6 +153,7 @@ export class LocalEngine implements ChatEngine {
       const sizeBytes = await inspectModelFile(modelID, path)
       if (options.whenIdle === true && this.active != null) await idle(this.active)
       await this.unloadActive(`replaced by ${modelID}`)
+      compactHeap() // the model just unloaded, and at start every module's loading: the load below peaks lower
       const started = performance.now()
       const llama = await this.accelerator.llama(this.threads)
       let model: LlamaModel
@@ -167,7 +169,10 @@ export class LocalEngine implements ChatEngine {
         await model.dispose()
         throw new ModelLoadError(modelID, `cannot create a context (${errorMessage(err)})`, { cause: err })
       }
-      this.log.info({ ...this.active.info, loadMs: Math.round(performance.now() - started) }, 'model loaded')
+      const loadMs = Math.round(performance.now() - started)
+      // What loading left behind (the GGUF's parsed metadata; at start, every module's) would hold its pages
+      compactHeap()
+      this.log.info({ ...this.active.info, loadMs }, 'model loaded')
       return this.active.info
     })
     // From now until the load is done, new requests wait for the model it brings instead of being admitted on the
@@ -187,7 +192,10 @@ export class LocalEngine implements ChatEngine {
    * who unloads wants the memory back.
    */
   async unload (): Promise<void> {
-    await this.serially(async () => { await this.unloadActive('unloaded') })
+    await this.serially(async () => {
+      await this.unloadActive('unloaded')
+      compactHeap()
+    })
   }
 
   /** Unloads the model and refuses later loads. The process's shared Llama stays: other engines may use it. */

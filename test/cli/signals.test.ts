@@ -4,7 +4,7 @@ import { test } from 'node:test'
 import type { TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { accessSync, constants } from 'node:fs'
+import { accessSync, constants, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { delimiter, join } from 'node:path'
 import { exitOf, spawnNodeProcess, tempDir, waitFor, type NodeProcess } from '../support/node.ts'
@@ -55,6 +55,19 @@ async function assertStoppedGracefully (proc: NodeProcess, dataDir: string, how:
   assert.ok(await waitFor(async () => await portIsFree(proc.port), { what: `port ${proc.port} to be free` }))
 }
 
+/** The environment process `pid` runs with, where /proc shows it (Linux); null elsewhere. */
+function environmentOf (pid: number): Map<string, string> | null {
+  if (process.platform !== 'linux') return null
+  const entries = readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').filter((entry) => entry !== '')
+  return new Map(entries.map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]))
+}
+
+/** `serve` runs with two malloc arenas (glibc), set by the launcher before the node starts, unless the user set it. */
+function assertTwoArenas (pid: number, how: string): void {
+  const environment = environmentOf(pid)
+  if (environment != null) assert.equal(environment.get('MALLOC_ARENA_MAX'), '2', `${how}: the node runs with MALLOC_ARENA_MAX=2`)
+}
+
 async function launch (t: TestContext, command: string[]): Promise<{ proc: NodeProcess, dataDir: string }> {
   const dataDir = await tempDir(t)
   const proc = await spawnNodeProcess(t, ['--data-dir', dataDir], {}, command)
@@ -66,6 +79,7 @@ test(`SIGTERM or SIGHUP to bin/meshnode.js run by the system Node (${systemNodeV
   t.diagnostic(`system node: ${systemNode} ${systemNodeVersion}`)
   for (const signal of ['SIGTERM', 'SIGHUP'] as const) {
     const { proc, dataDir } = await launch(t, [systemNode, BIN, 'serve'])
+    assertTwoArenas(proc.pid, `bin/meshnode.js under ${systemNodeVersion}`)
     proc.child.kill(signal) // the PID the user started, not the node's if they differ
     assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, `${signal}: the launcher exits with the node's code`)
     await assertStoppedGracefully(proc, dataDir, signal)
@@ -87,6 +101,7 @@ test('the node stops by itself when its launcher is killed outright', async (t) 
 test('SIGTERM to the PID of `npm start` stops the node and frees its port', { skip: systemExecutable('npm') == null ? 'no npm on PATH' : false }, async (t) => {
   const { proc, dataDir } = await launch(t, [systemExecutable('npm') ?? 'npm', 'start', '--silent', '--'])
   assert.notEqual(proc.pid, proc.child.pid, 'npm runs the node as its child')
+  assertTwoArenas(proc.pid, 'npm start')
   proc.child.kill('SIGTERM')
   assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, 'npm exits with the node\'s code')
   await assertStoppedGracefully(proc, dataDir, 'SIGTERM to npm')
