@@ -153,7 +153,9 @@ export class LocalEngine implements ChatEngine {
       const sizeBytes = await inspectModelFile(modelID, path)
       if (options.whenIdle === true && this.active != null) await idle(this.active)
       await this.unloadActive(`replaced by ${modelID}`)
-      compactHeap() // the model just unloaded, and at start every module's loading: the load below peaks lower
+      // Three memory-reducing collections (heap.ts) keep what loading leaves behind from raising the process's peak: the
+      // model just unloaded (at start: every module's loading), the GGUF parsed with its tensors, the chat template.
+      compactHeap()
       const started = performance.now()
       const llama = await this.accelerator.llama(this.threads)
       let model: LlamaModel
@@ -163,6 +165,7 @@ export class LocalEngine implements ChatEngine {
         // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
         throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
       }
+      compactHeap() // before the context allocates its KV cache and compute buffers
       try {
         this.active = await this.activate(modelID, path, sizeBytes, llama, model)
       } catch (err) {
@@ -170,8 +173,7 @@ export class LocalEngine implements ChatEngine {
         throw new ModelLoadError(modelID, `cannot create a context (${errorMessage(err)})`, { cause: err })
       }
       const loadMs = Math.round(performance.now() - started)
-      // What loading left behind (the GGUF's parsed metadata; at start, every module's) would hold its pages
-      compactHeap()
+      compactHeap() // and what resolving the chat template left
       this.log.info({ ...this.active.info, loadMs }, 'model loaded')
       return this.active.info
     })

@@ -6,12 +6,12 @@ type CollectGarbage = (options?: { type?: 'major' | 'minor', execution?: 'sync' 
 
 /**
  * Gives the JavaScript heap's free pages back to the system: a full, memory-reducing collection (V8's "last resort"
- * flavour, which also shrinks the young generation), run once a model has loaded or unloaded. Loading parses the
- * GGUF's metadata (its whole vocabulary, as JavaScript strings and arrays) and, on a node just started, follows the
- * loading of every module; V8 keeps the pages that garbage took and rarely returns them on its own while timers and
- * sockets keep the process from looking idle. Measured with `serve` and the 24M model: 66 MB of heap for 47 MB
- * live; afterwards 42 MB, and the process's RSS 24 MB lower (bench/README.md, memory). It blocks the event loop for
- * about 0.1 s, once per load, when nothing of the model runs yet.
+ * flavour, which also shrinks the young generation), run around each model load (LocalEngine.load) and after an
+ * unload. Loading parses the GGUF's metadata (its whole vocabulary, as JavaScript strings and arrays) and, on a node
+ * just started, follows the loading of every module; V8 keeps the pages that garbage took and rarely returns them on
+ * its own while timers and sockets keep the process from looking idle. Measured with `serve` and the 24M model: 66 MB of heap for 47 MB
+ * live; afterwards 42 MB, and the process's RSS 24 MB lower (bench/README.md, memory). Each blocks the event loop
+ * for about 0.1 s (three per load), while nothing of the model runs yet.
  *
  * V8 exposes its collector only behind `--expose-gc`; setting that flag now makes `gc` exist in contexts created
  * after it, so one new context hands us the function. Where that fails (an embedder that refuses the flag), the
