@@ -1,85 +1,108 @@
 // `npm run bench:network-scale [-- N...]`: N network-layer nodes (test/support/light-network.ts: a real PeerNetwork
-// each, a stand-in engine behind the real infer protocol and router) on loopback in this process, one relay, for each
-// N and each design: "bounded" (issue 15: at most 50 connections, 8 dialed, adverts by gossip) and "full mesh" (every
-// node dials every node the relay lists, as before issue 15). Prints one JSON line per run; method in bench/README.md.
+// each, a stand-in engine behind the real infer protocol and router) on loopback, spread over child processes of 25
+// nodes each (test/support/light-cluster.ts), and one relay in this process, for each N and each design: "bounded"
+// (issue 15: at most 50 connections, 8 dialed, adverts by gossip) and "full mesh" (every node dials every node the
+// relay lists, as before issue 15). Prints one JSON line per run; method and results in bench/README.md.
 import { readFileSync } from 'node:fs'
+import { loadavg } from 'node:os'
 import { setTimeout as delay } from 'node:timers/promises'
 import { startRelay } from '../src/network/relay.ts'
 import type { PeerNetworkOptions } from '../src/network/index.ts'
-import { startLightNode, type LightNode } from '../test/support/light-network.ts'
+import { LightCluster, type NodeStats } from '../test/support/light-cluster.ts'
 
 const sizes = process.argv.slice(2).map(Number).filter(n => n > 1)
 const designs = (process.env.BENCH_DESIGNS ?? 'bounded,full-mesh').split(',')
 const IDLE_MS = Number(process.env.BENCH_IDLE_MS ?? 60_000)
+const NODES_PER_WORKER = Number(process.env.BENCH_NODES_PER_WORKER ?? 25)
 
 const COMMON: PeerNetworkOptions = {
   inboundConnectionsPerSecond: 100_000,   // every node is 127.0.0.1 here
   adverts: { debounceMs: 200 },
-  wan: { syncIntervalMs: 30_000, fastSyncMs: 2_000, minBackoffMs: 1_000, maxBackoffMs: 10_000, dialTimeoutMs: 30_000, reservationTimeoutMs: 10_000 }
+  wan: { syncIntervalMs: 30_000, fastSyncMs: 2_000, minBackoffMs: 1_000, maxBackoffMs: 10_000, dialTimeoutMs: 30_000, reservationTimeoutMs: 20_000 }
 }
 const DESIGNS: Record<string, PeerNetworkOptions> = {
   bounded: { ...COMMON },
   'full-mesh': { ...COMMON, maxConnections: 100_000, targetPeers: 100_000 }
 }
 
-/** Bytes written and write calls of this whole process (every node's sockets; logs are silent). */
-function io (): { bytes: number, writes: number } {
+/** Bytes written and write calls of this process: the relay's sockets (and a few IPC messages). */
+function ownIo (): { bytes: number, writes: number } {
   const text = readFileSync('/proc/self/io', 'utf8')
   const field = (name: string): number => Number(new RegExp(`^${name}: (\\d+)`, 'm').exec(text)?.[1] ?? 0)
   return { bytes: field('wchar'), writes: field('syscw') }
 }
 
-async function until (check: () => boolean, timeoutMs: number): Promise<number | null> {
+async function until (check: () => Promise<boolean>, timeoutMs: number, intervalMs = 100): Promise<number | null> {
   const start = performance.now()
   while (performance.now() - start < timeoutMs) {
-    if (check()) return performance.now() - start
-    await delay(20)
+    if (await check()) return performance.now() - start
+    await delay(intervalMs)
   }
   return null
 }
 
+const round = (x: number, digits = 1): number => Math.round(x * 10 ** digits) / 10 ** digits
+const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length
+
 async function run (n: number, design: string): Promise<Record<string, unknown>> {
-  const relay = await startRelay({ port: 0 })
-  const nodes: LightNode[] = []
+  const relay = await startRelay({ port: 0, inboundConnectionsPerSecond: 100_000 })
+  let cluster: LightCluster | null = null
   try {
     const started = performance.now()
-    for (let i = 0; i < n; i += 10) {
-      nodes.push(...await Promise.all(Array.from({ length: Math.min(10, n - i) }, async () => await startLightNode({ relayUrls: [relay.url], network: DESIGNS[design] }))))
-    }
-    const joinedMs = await until(() => nodes.every(node => node.network.peers().length >= n - 1), 600_000)
+    cluster = await LightCluster.start({ relayUrls: [relay.url], nodes: n, workers: Math.ceil(n / NODES_PER_WORKER), network: DESIGNS[design] })
+    const nodes = cluster
+    let stats: NodeStats[] = []
+    const joinedMs = await until(async () => {
+      stats = await nodes.stats()
+      return stats.every(node => node.knownPeers >= n - 1)
+    }, 600_000, 500)
     const setupS = (performance.now() - started) / 1000
     await delay(10_000)   // let the first syncs and gossip settle
-    const before = io()
+    const load = loadavg()[0]
+    const [before, relayBefore] = [await nodes.io(), ownIo()]
     await delay(IDLE_MS)
-    const after = io()
-    const conns = nodes.map(node => node.network.host.getConnections().length)
+    const [after, relayAfter] = [await nodes.io(), ownIo()]
+    stats = await nodes.stats()
+    const conns = stats.map(node => node.connections)
+    const perNodeMinute = (bytes: number, count: number): number => bytes / count / (IDLE_MS / 60_000)
 
-    const server = nodes[n - 1]
-    server.serve('bench-one-node-model')
-    const advertMs = await until(() => nodes.filter(node => node !== server && node.router.candidates('bench-one-node-model').length > 0).length >= Math.ceil(0.95 * (n - 1)), 120_000)
-    const asker = nodes.find(node => node !== server && node.network.host.getConnections(server.network.host.peerId).length === 0) ?? nodes[0]
-    const askerConnected = asker.network.host.getConnections(server.network.host.peerId).length > 0
+    const server = n - 1
+    const serverID = nodes.nodeIDs[server]
+    const model = `bench-one-node-model-${n}`
+    await nodes.serve(server, model)
+    const advertMs = await until(async () => (await nodes.stats(model)).filter((node, i) => i !== server && node.candidates > 0).length >= Math.ceil(0.95 * (n - 1)), 120_000, 50)
+    const byModel = await nodes.stats(model)
+    let asker = -1
+    for (let i = 0; i < n && asker < 0; i++) if (i !== server && byModel[i].candidates > 0 && !(await nodes.connectedTo(i, serverID))) asker = i
+    const askerWasConnected = asker < 0
+    if (asker < 0) asker = 0
     const askStart = performance.now()
-    const answer = await asker.ask('bench-one-node-model', 'hi')
+    const answer = await nodes.ask(asker, model, 'hi')
     const askMs = performance.now() - askStart
+    const final = await nodes.stats()
     return {
       design,
       n,
+      loadAverage1m: round(load, 2),
       setupS: Math.round(setupS),
       allKnownAfterS: joinedMs == null ? null : Math.round(joinedMs / 1000),
-      connectionsPerNode: { mean: Math.round(conns.reduce((a, b) => a + b, 0) / n * 10) / 10, max: Math.max(...conns) },
+      connectionsPerNode: { mean: round(mean(conns)), max: Math.max(...conns), highestSampled: Math.max(...final.map(node => node.highestConnections)) },
       idlePerNodePerMinute: {
-        kB: Math.round((after.bytes - before.bytes) / n / (IDLE_MS / 60_000) / 1024 * 10) / 10,
-        writes: Math.round((after.writes - before.writes) / n / (IDLE_MS / 60_000))
+        kB: round(perNodeMinute(after.bytes - before.bytes, n) / 1024),
+        writes: Math.round(perNodeMinute(after.writes - before.writes, n))
       },
       advertTo95PercentMs: advertMs == null ? null : Math.round(advertMs),
       placeRequestMs: Math.round(askMs),
-      askerWasConnected: askerConnected,
-      servedBy: answer.servedBy === `peer:${server.nodeID}`,
-      relay: { connections: relay.connections(), directory: relay.directory.size }
+      askerWasConnected,
+      servedBy: answer.servedBy === `peer:${serverID}`,
+      relay: {
+        connections: relay.connections(),
+        directory: relay.directory.size,
+        idleKBPerMinute: round(perNodeMinute(relayAfter.bytes - relayBefore.bytes, 1) / 1024)
+      }
     }
   } finally {
-    await Promise.all(nodes.map(async node => { await node.stop() }))
+    await cluster?.stop()
     await relay.stop()
   }
 }

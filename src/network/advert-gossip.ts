@@ -15,6 +15,8 @@ export interface AdvertGossipDeps {
   addrs: () => string[]
   /** Streams to peers, for the sync at join. */
   peers: PeerStreams
+  /** The connected peers (the peer table), one of which is asked again `resyncMs` after the first sync. */
+  connected: () => string[]
   log: Logger
 }
 
@@ -25,6 +27,11 @@ export interface AdvertGossipOptions {
   debounceMs?: number
   /** Peers asked for their adverts when this node joins. @default 2 */
   syncPeers?: number
+  /**
+   * One more peer is asked this long after the first sync: nodes that join at the same time first ask peers as new as
+   * they are, which know few adverts yet. @default 30_000
+   */
+  resyncMs?: number
 }
 
 /**
@@ -46,12 +53,17 @@ export class AdvertGossip {
   readonly #syncing = new Set<string>()
   /** Whether the last publish reached nobody: published again when the mesh gains a peer. */
   #unheard = true
+  /** Peers that came online since WAN was (re)started. */
+  #online = 0
+  readonly #resyncMs: number
+  #resync: NodeJS.Timeout | null = null
 
   constructor (deps: AdvertGossipDeps, options: AdvertGossipOptions = {}) {
     this.#deps = deps
     this.#refreshMs = options.refreshMs ?? DEFAULT_ADVERT_REFRESH_MS
     this.#debounceMs = options.debounceMs ?? 500
     this.#syncPeers = options.syncPeers ?? 2
+    this.#resyncMs = options.resyncMs ?? 30_000
   }
 
   start (host: PeerHost): void {
@@ -69,8 +81,10 @@ export class AdvertGossip {
     this.#host = null
     if (this.#refresh != null) clearInterval(this.#refresh)
     if (this.#pending != null) clearTimeout(this.#pending)
+    if (this.#resync != null) clearTimeout(this.#resync)
     this.#refresh = null
     this.#pending = null
+    this.#resync = null
     if (host == null) return
     host.services.pubsub.removeEventListener('gossipsub:graft', this.#onGraft)
     host.services.pubsub.unsubscribe(ADVERTS_TOPIC)
@@ -80,6 +94,9 @@ export class AdvertGossip {
   /** WAN restarted (or stopped): the book starts afresh, and the next peers are asked for theirs. */
   reset (): void {
     this.#synced = 0
+    this.#online = 0
+    if (this.#resync != null) clearTimeout(this.#resync)
+    this.#resync = null
     this.#deps.book.clear()
   }
 
@@ -98,19 +115,40 @@ export class AdvertGossip {
     await this.#publish([])
   }
 
-  /** A peer came online: asked for its adverts while fewer than `syncPeers` have answered. */
+  /**
+   * A peer came online: asked for its adverts while fewer than `syncPeers` have answered. This node's advert is
+   * published again when the last one reached nobody, and at its 1st, 2nd, 4th, 8th... peer: a node's first publish
+   * may reach only the few nodes connected by then, but each publish is a new message that floods the whole network,
+   * so not on every new peer (a node meets its first peers all at once when it starts).
+   */
   peerOnline (nodeID: string): void {
-    this.publishSoon()
+    this.#online++
+    if (this.#unheard || (this.#online & (this.#online - 1)) === 0) this.publishSoon()
     if (this.#synced >= this.#syncPeers || this.#syncing.has(nodeID) || this.#syncing.size >= this.#syncPeers) return
+    this.#sync(nodeID)
+  }
+
+  #sync (nodeID: string): void {
     this.#syncing.add(nodeID)
     syncAdverts(this.#deps.peers, nodeID, { signal: AbortSignal.timeout(30_000) }).then(({ adverts, rejected }) => {
-      this.#synced++
+      if (this.#synced++ === 0) this.#scheduleResync()
       let kept = 0
       for (const { advert, opened } of adverts) if (this.#deps.book.offer(advert, opened) === 'kept') kept++
       this.#deps.log.info({ nodeID, adverts: adverts.length, kept, rejected }, 'adverts synced from a peer')
     }, (err: unknown) => {
       this.#deps.log.debug({ err, nodeID }, 'advert sync failed')
     }).finally(() => { this.#syncing.delete(nodeID) })
+  }
+
+  /** Asks one connected peer, picked at random, again `resyncMs` from now. */
+  #scheduleResync (): void {
+    if (this.#host == null || this.#resync != null) return
+    this.#resync = setTimeout(() => {
+      const peers = this.#deps.connected().filter(nodeID => !this.#syncing.has(nodeID))
+      if (this.#host == null || peers.length === 0) return
+      this.#sync(peers[Math.floor(Math.random() * peers.length)])
+    }, this.#resyncMs)
+    this.#resync.unref()
   }
 
   async #publish (addrs: string[]): Promise<void> {
@@ -132,6 +170,7 @@ export class AdvertGossip {
       const advert = Advert.parse(JSON.parse(Buffer.from(message.data).toString('utf8')))
       const opened = openAdvert(advert)
       if (opened.nodeID === this.#deps.identity.nodeID) return TopicValidatorResult.Ignore
+      // The advert held already (from a sync) is passed on all the same: the nodes beyond may not have it.
       return this.#deps.book.offer(advert, opened) === 'known' ? TopicValidatorResult.Ignore : TopicValidatorResult.Accept
     } catch (err) {
       if (err instanceof SyntaxError || isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return TopicValidatorResult.Reject

@@ -74,8 +74,8 @@ export interface AdvertBookEvents {
   gone: [nodeID: string]
 }
 
-/** What `offer` made of an advert: kept (new or newer), a node that left, or nothing new. */
-export type OfferResult = 'kept' | 'left' | 'known'
+/** What `offer` made of an advert: kept (new or newer), a node that left, the one held already, or an older one. */
+export type OfferResult = 'kept' | 'left' | 'same' | 'known'
 
 /**
  * The adverts this node has heard: one per node, the newest (a higher record version, or the same record with a later
@@ -101,7 +101,8 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
     const { nodeID, record, presence } = opened
     if (nodeID === this.#self || presence.timestamp + this.#ttlMs <= now) return 'known'
     const held = this.#entries.get(nodeID)
-    if (held != null && (record.version < held.record.version || (record.version === held.record.version && presence.timestamp <= held.signedAt))) return 'known'
+    if (held != null && record.version === held.record.version && presence.timestamp === held.signedAt) return 'same'
+    if (held != null && (record.version < held.record.version || (record.version === held.record.version && presence.timestamp < held.signedAt))) return 'known'
     if (presence.addrs.length === 0) {
       if (held == null) return 'known'
       this.forget(nodeID)

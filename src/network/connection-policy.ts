@@ -25,19 +25,23 @@ export interface ConnectionPolicyOptions {
 }
 
 /**
- * Which connections a node keeps (issue 15): at most `maxConnections` (libp2p's connection manager refuses inbound
- * ones beyond it and prunes the least valued), valued by tags in the peer store: relays and PTN peers first, then the
- * peers this node is using; everyone else is reached on demand when a request needs them. This node dials only
- * `targetPeers` nodes of its own accord.
+ * Which connections a node keeps (issue 15): at most `maxConnections`, valued by tags: relays and PTN peers first, then
+ * the peers this node is using; everyone else is reached on demand when a request needs them. This node dials only
+ * `targetPeers` nodes of its own accord. The tags are set on the peer store too (libp2p's connection manager prunes by
+ * them), and mirrored here so that a connection over the limit is closed in the same tick it opens: libp2p checks its
+ * limit before inbound upgrades finish and not at all for dials, so several at once pass it.
  */
 export class ConnectionPolicy {
   readonly maxConnections: number
   readonly targetPeers: number
   readonly #log: Logger
   #host: PeerHost | null = null
+  /** PTN peers' peer ids. */
   readonly #ptnTagged = new Set<string>()
   /** Relays' peer ids: not counted among the peers dialed. */
   readonly #relays = new Set<string>()
+  /** Peers in use (by peer id), until when. */
+  readonly #inUse = new Map<string, number>()
 
   constructor (deps: { log: Logger }, options: ConnectionPolicyOptions = {}) {
     this.#log = deps.log
@@ -50,20 +54,38 @@ export class ConnectionPolicy {
     this.#host = host
     this.#ptnTagged.clear()
     this.#relays.clear()
+    this.#inUse.clear()
     host?.addEventListener('connection:open', this.#onOpen)
   }
 
   /**
-   * Every new connection over the limit closes the least valued idle connection at once. libp2p's own limit is checked
-   * before inbound upgrades finish, so several at once can pass it; this is what holds the limit.
+   * Every new connection: a second one to a peer already connected the same way (both direct, or both relayed) is
+   * closed at once, the same one on both sides (see `duplicateToClose`); and over the limit, the least valued idle
+   * peer is hung up on at once (every connection to it: gossipsub keeps one stream per peer, on one connection, and
+   * does not move it when that connection closes while another stays). libp2p's own limit is set one above ours
+   * (`hostMaxConnections`), so that a node at the limit still lets a newcomer in, and this is what holds ours.
    */
-  readonly #onOpen = (): void => {
+  readonly #onOpen = (evt: CustomEvent<Connection>): void => {
     const host = this.#host
     if (host == null) return
-    if (host.getConnections().length <= this.maxConnections) return
-    this.#leastValued(host).then((victim) => {
-      if (victim != null && host.getConnections().length > this.maxConnections) this.#close(victim, 'over the connection limit')
-    }).catch((err: unknown) => { this.#log.debug({ err }, 'choosing a connection to close failed') })
+    const opened = evt.detail
+    const twin = host.getConnections(opened.remotePeer).find(connection => connection !== opened && connection.status === 'open' && connection.direct === opened.direct)
+    if (twin != null) {
+      this.#close(duplicateToClose(host.peerId.toString(), opened, twin), 'a second connection to the same peer')
+      return
+    }
+    const open = host.getConnections().filter(connection => connection.status === 'open')
+    if (open.length <= this.maxConnections) return
+    const victim = this.#leastValued(open)
+    if (victim == null) {
+      this.#close(opened, 'over the connection limit, every other connection busy')
+      return
+    }
+    this.#hangUp(open, victim, 'over the connection limit')
+  }
+
+  #hangUp (connections: Connection[], peer: PeerId, why: string): void {
+    for (const connection of connections) if (connection.remotePeer.equals(peer)) this.#close(connection, why)
   }
 
   #close (connection: Connection, why: string): void {
@@ -71,11 +93,16 @@ export class ConnectionPolicy {
     connection.abort(new Error(`closed: ${why}`))
   }
 
+  /** The limit to give libp2p's connection manager: one above ours, see `#onOpen`. */
+  get hostMaxConnections (): number {
+    return this.maxConnections + 1
+  }
+
   /** How many more nodes to dial of this node's own accord now. */
   dialBudget (): number {
     const host = this.#host
     if (host == null) return 0
-    const room = this.maxConnections - 1 - host.getConnections().length
+    const room = this.maxConnections - 1 - host.getConnections().filter(connection => connection.status === 'open').length
     const peers = host.getPeers().filter(peer => !this.#relays.has(peer.toString())).length
     return Math.max(0, Math.min(room, this.targetPeers - peers))
   }
@@ -88,44 +115,62 @@ export class ConnectionPolicy {
 
   /** A peer that shares a PTN with this node, or no longer does. */
   ptnPeer (nodeID: string, shares: boolean): void {
-    if (shares === this.#ptnTagged.has(nodeID)) return
-    if (shares) this.#ptnTagged.add(nodeID)
-    else this.#ptnTagged.delete(nodeID)
-    this.#tag(nodeIDToPeerId(nodeID), TAGS.ptn.name, shares ? TAGS.ptn.value : null)
+    const peer = nodeIDToPeerId(nodeID)
+    if (shares === this.#ptnTagged.has(peer.toString())) return
+    if (shares) this.#ptnTagged.add(peer.toString())
+    else this.#ptnTagged.delete(peer.toString())
+    this.#tag(peer, TAGS.ptn.name, shares ? TAGS.ptn.value : null)
   }
 
   /**
    * This node is about to use `nodeID` (open a stream to it): tagged as in use, and when it is not connected and the
-   * limit is reached, the least valued idle connection is closed first to make room for it.
+   * limit is reached, the least valued idle peer is hung up on first to make room for it.
    */
   async using (nodeID: string): Promise<void> {
     const host = this.#host
     if (host == null) return
     const peer = nodeIDToPeerId(nodeID)
+    this.#inUse.set(peer.toString(), Date.now() + TAGS.inUse.ttlMs)
     this.#tag(peer, TAGS.inUse.name, TAGS.inUse.value, TAGS.inUse.ttlMs)
-    if (host.getConnections(peer).length > 0 || host.getConnections().length < this.maxConnections) return
-    const victim = await this.#leastValued(host)
-    if (victim == null) return
-    this.#close(victim, 'making room to reach a peer on demand')
+    const open = host.getConnections().filter(connection => connection.status === 'open')
+    if (host.getConnections(peer).length > 0 || open.length < this.maxConnections) return
+    const victim = this.#leastValued(open)
+    if (victim != null) this.#hangUp(open, victim, 'making room to reach a peer on demand')
   }
 
-  async #leastValued (host: PeerHost): Promise<Connection | null> {
-    let best: { connection: Connection, value: number } | null = null
-    for (const connection of host.getConnections()) {
-      if (busy(connection)) continue
-      const value = await this.#value(host, connection)
-      if (best == null || value < best.value) best = { connection, value }
+  /**
+   * The peer worth least among those with no connection busy, the longest connected among equals (so that a node
+   * reaching a full one on demand gets in, in place of one that has had its turn), or null when every one is busy.
+   */
+  #leastValued (connections: Connection[]): PeerId | null {
+    const peers = new Map<string, { peer: PeerId, since: number, busy: boolean }>()
+    for (const connection of connections) {
+      const key = connection.remotePeer.toString()
+      const held = peers.get(key) ?? { peer: connection.remotePeer, since: connection.timeline.open, busy: false }
+      held.since = Math.min(held.since, connection.timeline.open)
+      held.busy ||= busy(connection)
+      peers.set(key, held)
     }
-    return best?.connection ?? null
+    let best: { peer: PeerId, since: number, value: number } | null = null
+    for (const [key, { peer, since, busy }] of peers) {
+      if (busy) continue
+      const value = this.#value(key)
+      if (best == null || value < best.value || (value === best.value && since < best.since)) best = { peer, since, value }
+    }
+    return best?.peer ?? null
   }
 
-  async #value (host: PeerHost, connection: Connection): Promise<number> {
-    try {
-      const peer = await host.peerStore.get(connection.remotePeer)
-      return [...peer.tags.values()].reduce((sum, tag) => sum + tag.value, 0)
-    } catch {
-      return 0   // not in the peer store: no tags
+  /** What the tags this policy set on a peer add up to. */
+  #value (peer: string): number {
+    let value = 0
+    if (this.#relays.has(peer)) value += TAGS.relay.value
+    const until = this.#inUse.get(peer)
+    if (until != null) {
+      if (until > Date.now()) value += TAGS.inUse.value
+      else this.#inUse.delete(peer)
     }
+    if (this.#ptnTagged.has(peer)) value += TAGS.ptn.value
+    return value
   }
 
   #tag (peer: PeerId, name: string, value: number | null, ttl?: number): void {
@@ -135,6 +180,18 @@ export class ConnectionPolicy {
       this.#log.debug({ err, peer: peer.toString(), tag: name }, 'tagging a peer failed')
     })
   }
+}
+
+/**
+ * Of two connections between the same two nodes, the one both close: the one dialed by the node with the greater peer
+ * id when each dialed one (two nodes that dial each other at once), or else the newer. Each side decides alone, and
+ * both decide the same.
+ */
+export function duplicateToClose (self: string, opened: Connection, twin: Connection): Connection {
+  const dialer = (connection: Connection): string => connection.direction === 'outbound' ? self : connection.remotePeer.toString()
+  const [a, b] = [dialer(opened), dialer(twin)]
+  if (a === b) return opened
+  return a > b ? opened : twin
 }
 
 /** A connection carrying one of our protocols' streams now (a request, a record fetch): not closed to make room. */

@@ -35,7 +35,9 @@ export type DirectoryRecord = z.infer<typeof DirectoryRecord>
 
 export const DirectoryRequest = z.discriminatedUnion('type', [
   z.object({ type: z.literal('register'), record: SignedEnvelope }),
-  z.object({ type: z.literal('list') })
+  /** `limit`: at most this many records, picked at random (a node that wants a few peers, not the whole directory);
+   *  without it, all of them up to `MAX_DIRECTORY_ENTRIES` (nodes before issue 15 send none). */
+  z.object({ type: z.literal('list'), limit: z.number().int().positive().max(MAX_DIRECTORY_ENTRIES).optional() })
 ])
 export type DirectoryRequest = z.infer<typeof DirectoryRequest>
 
@@ -126,10 +128,11 @@ export class RelayDirectory {
     return record
   }
 
-  /** The records of connected nodes whose registration has not expired. */
-  list (now: number = Date.now()): SignedEnvelope[] {
+  /** The records of connected nodes whose registration has not expired: all, or `limit` of them picked at random. */
+  list (now: number = Date.now(), limit?: number): SignedEnvelope[] {
     this.#prune(now)
-    return [...this.#entries.values()].map(entry => entry.envelope)
+    const all = [...this.#entries.values()].map(entry => entry.envelope)
+    return limit == null || limit >= all.length ? all : shuffle(all).slice(0, limit)
   }
 
   /** Number of records held, expired ones included until the next read. */
@@ -150,7 +153,7 @@ export function createDirectoryHandler (deps: { directory: RelayDirectory, log: 
     const peer = connection.remotePeer.toString()
     try {
       await serveRequest(stream, DirectoryRequest, (request): DirectoryResponse => {
-        if (request.type === 'list') return { type: 'peers', records: deps.directory.list() }
+        if (request.type === 'list') return { type: 'peers', records: deps.directory.list(Date.now(), request.limit) }
         try {
           deps.directory.register(request.record, connection.remotePeer)
           return { type: 'registered', ttlMs: deps.directory.recordTtlMs }
@@ -195,9 +198,13 @@ export interface DirectoryListing {
   rejected: number
 }
 
-/** Lists the records registered at the relay, each verified here: the relay is not trusted to vouch for them. */
-export async function listDirectory (host: Libp2p, relay: PeerId, options: { signal?: AbortSignal } = {}): Promise<DirectoryListing> {
-  const response = await ask(host, relay, { type: 'list' }, options)
+/**
+ * Lists the records registered at the relay (all, or `limit` picked at random), each verified here: the relay is not
+ * trusted to vouch for them.
+ */
+export async function listDirectory (host: Libp2p, relay: PeerId, options: { signal?: AbortSignal, limit?: number } = {}): Promise<DirectoryListing> {
+  const request: DirectoryRequest = options.limit == null ? { type: 'list' } : { type: 'list', limit: Math.min(Math.max(1, Math.floor(options.limit)), MAX_DIRECTORY_ENTRIES) }
+  const response = await ask(host, relay, request, options)
   if (response.type !== 'peers') throw new ProtocolError(`Expected "peers", got "${response.type}"`, 'invalid')
   const records: DirectoryRecord[] = []
   let rejected = 0
@@ -213,4 +220,16 @@ export async function listDirectory (host: Libp2p, relay: PeerId, options: { sig
     }
   }
   return { records, rejected }
+}
+
+/** A shuffled copy (Fisher-Yates): every node picks a different random part of the listing. */
+export function shuffle<T> (items: T[]): T[] {
+  const out = [...items]
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1))
+    const swap = out[i]
+    out[i] = out[j]
+    out[j] = swap
+  }
+  return out
 }

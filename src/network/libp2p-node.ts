@@ -99,8 +99,17 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       dcutr: holePunch.dcutr(),
       holePunch: holePunch.service(),
       // Adverts are signed by their node inside the message; the message id is its content's hash, so one advert
-      // heard from several peers is taken once. Peers' addresses come from the adverts, not from peer exchange.
-      pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, doPX: false, runOnLimitedConnection: true, maxInboundDataLength: 1024 * 1024, msgIdFn: contentId })
+      // heard from several peers is taken once. Peers' addresses come from the adverts, not from peer exchange. Peers
+      // on this machine are not penalised for sharing its address (gossipsub's IP colocation score would otherwise
+      // shun a node's 11th peer on loopback, and with it the gossip between nodes run side by side).
+      pubsub: gossipsub({
+        allowPublishToZeroTopicPeers: true,
+        doPX: false,
+        runOnLimitedConnection: true,
+        maxInboundDataLength: 1024 * 1024,
+        msgIdFn: contentId,
+        scoreParams: { IPColocationFactorWhitelist: new Set(['127.0.0.1', '::1']) }
+      })
     }
   })
   log.info({ peerId: host.peerId.toString(), addrs: host.getMultiaddrs().map(String) }, 'libp2p host started')

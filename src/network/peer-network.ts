@@ -130,6 +130,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       record: () => this.#records.current(),
       addrs: () => (this.#host == null ? [] : advertisedAddrs(this.#host)),
       peers: this,
+      connected: () => this.#table.nodeIDs(),
       log: deps.log
     }, options.adverts)
     // A node known by its advert is dialed on demand at the addresses it signed; its relays may serve us too.
@@ -241,7 +242,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       relayReservations: true,
       lan: { queryIntervalMs: this.#options.mdnsQueryIntervalMs ?? 10_000 },
       pingIntervalMs: this.#options.pingIntervalMs,
-      maxConnections: this.#policy.maxConnections,
+      maxConnections: this.#policy.hostMaxConnections,
       inboundConnectionsPerSecond: this.#options.inboundConnectionsPerSecond,
       denyPeer: this.#admission.denyPeer,
       log: this.#log
@@ -330,7 +331,10 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     if (!this.#table.has(nodeID) && this.#admission.typeOf(nodeID) == null) throw new NotFoundError(`Peer ${nodeID} is not connected (not in the peer table)`)
     try {
       await this.#policy.using(nodeID)
-      return await openStream(host, nodeIDToPeerId(nodeID), protocol, options)
+      const peerId = nodeIDToPeerId(nodeID)
+      const advertised = host.getConnections(peerId).length === 0 ? this.#book.get(nodeID) : null
+      if (advertised != null) await host.peerStore.merge(peerId, { multiaddrs: dialableAddrs(advertised.addrs, peerId) })
+      return await openStream(host, peerId, protocol, options)
     } catch (err) {
       if (options.signal?.aborted === true) throw options.signal.reason
       // Known by its advert only and not reachable at its addresses: it is gone, or will say otherwise again.
@@ -430,13 +434,14 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     this.#gossip.publishSoon()
   }
 
-  /** Keeps an advertised node's addresses in the peer store (to dial it on demand) and learns its relays. */
+  /**
+   * Learns the relays in an advertised node's addresses. The addresses themselves stay in the book until the node is
+   * dialed on demand (`open`): a new peer in libp2p's peer store is a 'peer:discovery', which the circuit relay
+   * transport answers by dialing it (looking for relays while it has fewer reservations than it listens for), so
+   * remembering every advertised node there would connect to all of them.
+   */
   #remember (entry: AdvertEntry): void {
     this.#wan.learnRelays(entry.addrs)
-    const host = this.#host
-    if (host == null) return
-    const peerId = nodeIDToPeerId(entry.nodeID)
-    host.peerStore.merge(peerId, { multiaddrs: dialableAddrs(entry.addrs, peerId) }).catch((err: unknown) => { this.#log.debug({ err, nodeID: entry.nodeID }, 'remembering an advertised node\'s addresses failed') })
   }
 
   /** Whether a peer proven a member of `ptnIDs` shares one of them with this node. */

@@ -55,6 +55,8 @@ export interface RelayOptions {
   limits?: RelayLimits | null
   /** Registration lifetime without renewal. @default 90_000 */
   recordTtlMs?: number
+  /** New connections per second from one IP (many nodes on one test machine: raise it). @default RELAY_INBOUND_CONNECTIONS_PER_SECOND */
+  inboundConnectionsPerSecond?: number
   log?: Logger
 }
 
@@ -90,7 +92,7 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
     transports: [webSockets(), tcp()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
-    connectionManager: { inboundConnectionThreshold: RELAY_INBOUND_CONNECTIONS_PER_SECOND, maxConnections: RELAY_MAX_CONNECTIONS },
+    connectionManager: { inboundConnectionThreshold: options.inboundConnectionsPerSecond ?? RELAY_INBOUND_CONNECTIONS_PER_SECOND, maxConnections: RELAY_MAX_CONNECTIONS },
     // Its pings to the nodes fail only when really lost (as the nodes' own do): a busy machine keeps its nodes.
     connectionMonitor: { pingTimeout: { minTimeout: 10_000 } },
     services: {

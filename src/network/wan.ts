@@ -6,9 +6,12 @@ import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
 import { backoffDelayMs } from '../wire/index.ts'
-import { advertisedAddrs, listDirectory, registerInDirectory, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
+import { MAX_DIRECTORY_ENTRIES, advertisedAddrs, listDirectory, registerInDirectory, shuffle, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
 import { nodeIDToPeerId } from './peer-ids.ts'
 import { isCircuit, lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
+
+/** A listing asked for while this node wants more peers holds at least this many records (2 per peer wanted above). */
+const LISTING_SAMPLE_MIN = 16
 
 export interface WanClientDeps {
   /** Built by `createPeerHost` with `relayUrl` set, so that it takes a reservation on the relay. */
@@ -78,8 +81,6 @@ export class WanClient extends EventEmitter<WanClientEvents> {
   readonly #dialTimeoutMs: number
   readonly #peers = new Map<string, WanPeer>()
   readonly #dialBudget: () => number
-  /** The addresses last remembered in the peer store, per listed node. */
-  readonly #remembered = new Map<string, string>()
   #relayPeer: PeerId | null = null
   #relayConnected = false
   #shutdown: AbortController | null = null
@@ -265,11 +266,18 @@ export class WanClient extends EventEmitter<WanClientEvents> {
 
   async #sync (relay: PeerId, signal: AbortSignal): Promise<void> {
     await registerInDirectory(this.#host, relay, signDirectoryRecord(this.#identity, advertisedAddrs(this.#host)), { signal })
-    const listing = await listDirectory(this.#host, relay, { signal })
+    // The listing is for finding nodes to dial: none while this node has the peers it wants (the others are known by
+    // their adverts), and then a random sample a few times the number wanted, not the whole directory, so that a
+    // node's idle traffic does not grow with the network. (Unbounded, a full mesh, it is the whole directory.)
+    const budget = this.#dialBudget()
+    if (budget <= 0) {
+      this.#dropLost()
+      return
+    }
+    const listing = await listDirectory(this.#host, relay, { signal, limit: Math.min(MAX_DIRECTORY_ENTRIES, Math.max(LISTING_SAMPLE_MIN, 2 * budget)) })
     if (listing.rejected > 0) this.#log.warn({ relay: relay.toString(), rejected: listing.rejected }, 'relay listed records that do not verify')
     const listed = listing.records.filter(record => record.nodeID !== this.#identity.nodeID)
     const peerIds = new Map(listed.map(record => [record.nodeID, nodeIDToPeerId(record.nodeID)]))
-    for (const record of listed) await this.#remember(record, peerIds.get(record.nodeID) as PeerId)
     // A bounded number of random listed nodes, not all of them: the rest are reachable on demand by their addresses.
     const unconnected = shuffle(listed.filter(record => !this.#isConnectedTo(peerIds.get(record.nodeID) as PeerId)))
     const dial = unconnected.slice(0, Math.max(0, this.#dialBudget()))
@@ -290,24 +298,17 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       this.#log.info({ nodeID: record.nodeID }, 'WAN peer discovered')
       this.#emitSafely('peer:discovered', record.nodeID, [...record.addrs])
     }
+    this.#dropLost()
+  }
+
+  /** Forgets the peers found through the relay that are no longer connected. */
+  #dropLost (): void {
     for (const [nodeID, peer] of this.#peers) {
       // Still connected (directly, say) keeps a peer even when the relay forgot it, e.g. right after a relay restart.
       if (this.#isConnectedTo(peer.peerId)) continue
       this.#peers.delete(nodeID)
       this.#log.info({ nodeID }, 'WAN peer lost')
       this.#emitSafely('peer:lost', nodeID)
-    }
-  }
-
-  /** Keeps a listed node's addresses in the peer store, so that a request can reach it without the relay's help. */
-  async #remember (record: DirectoryRecord, peerId: PeerId): Promise<void> {
-    const key = record.addrs.join(' ')
-    if (this.#remembered.get(record.nodeID) === key) return
-    this.#remembered.set(record.nodeID, key)
-    try {
-      await this.#host.peerStore.merge(peerId, { multiaddrs: dialableAddrs(record.addrs, peerId) })
-    } catch (err) {
-      this.#log.debug({ err, nodeID: record.nodeID }, 'remembering a listed node\'s addresses failed')
     }
   }
 
@@ -339,18 +340,6 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       this.#log.error({ err, event }, 'WanClient event listener threw')
     }
   }
-}
-
-/** A shuffled copy (Fisher-Yates): every node picks a different random part of the listing. */
-function shuffle<T> (items: T[]): T[] {
-  const out = [...items]
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1))
-    const swap = out[i]
-    out[i] = out[j]
-    out[j] = swap
-  }
-  return out
 }
 
 /** Parses a record's addresses for dialing `peerId`, each ending in `/p2p/<peerId>`; any naming another peer is dropped. */
