@@ -15,10 +15,13 @@ export interface AdvertGossipDeps {
   addrs: () => string[]
   /** Streams to peers, for the sync at join. */
   peers: PeerStreams
-  /** The connected peers (the peer table), one of which is asked again `resyncMs` after the first sync. */
+  /** The connected peers (the peer table), of which one at random is asked again a few times after the first sync. */
   connected: () => string[]
   log: Logger
 }
+
+/** Times a node asks a random peer for its adverts again after joining (see `resyncMs`). */
+const RESYNC_ROUNDS = 4
 
 export interface AdvertGossipOptions {
   /** Re-publish unchanged this often. @default DEFAULT_ADVERT_REFRESH_MS */
@@ -28,8 +31,9 @@ export interface AdvertGossipOptions {
   /** Peers asked for their adverts when this node joins. @default 2 */
   syncPeers?: number
   /**
-   * One more peer is asked this long after the first sync: nodes that join at the same time first ask peers as new as
-   * they are, which know few adverts yet. @default 30_000
+   * A random peer is asked again this long after the first sync, then after twice as long, 4 and 8 times as long:
+   * nodes that join at the same time first ask peers as new as they are, which know few adverts yet, and their own
+   * first adverts may reach only the few nodes connected by then. @default 30_000
    */
   resyncMs?: number
 }
@@ -57,6 +61,8 @@ export class AdvertGossip {
   #online = 0
   readonly #resyncMs: number
   #resync: NodeJS.Timeout | null = null
+  /** Resyncs scheduled since WAN was (re)started. */
+  #resyncs = 0
 
   constructor (deps: AdvertGossipDeps, options: AdvertGossipOptions = {}) {
     this.#deps = deps
@@ -95,6 +101,7 @@ export class AdvertGossip {
   reset (): void {
     this.#synced = 0
     this.#online = 0
+    this.#resyncs = 0
     if (this.#resync != null) clearTimeout(this.#resync)
     this.#resync = null
     this.#deps.book.clear()
@@ -140,14 +147,16 @@ export class AdvertGossip {
     }).finally(() => { this.#syncing.delete(nodeID) })
   }
 
-  /** Asks one connected peer, picked at random, again `resyncMs` from now. */
+  /** Asks one connected peer, picked at random, again: `resyncMs` from now, then each time after twice as long. */
   #scheduleResync (): void {
-    if (this.#host == null || this.#resync != null) return
+    if (this.#host == null || this.#resync != null || this.#resyncs >= RESYNC_ROUNDS) return
     this.#resync = setTimeout(() => {
+      this.#resync = null
       const peers = this.#deps.connected().filter(nodeID => !this.#syncing.has(nodeID))
-      if (this.#host == null || peers.length === 0) return
-      this.#sync(peers[Math.floor(Math.random() * peers.length)])
-    }, this.#resyncMs)
+      if (this.#host == null) return
+      if (peers.length > 0) this.#sync(peers[Math.floor(Math.random() * peers.length)])
+      this.#scheduleResync()
+    }, this.#resyncMs * 2 ** this.#resyncs++)
     this.#resync.unref()
   }
 

@@ -7,7 +7,7 @@ import { NotFoundError, UnavailableError, errorText } from '../errors.ts'
 import type { NodeIdentity } from '../identity/index.ts'
 import { relayUrls, type Settings, type SettingsChange } from '../settings/index.ts'
 import { detectHardware, type HardwareInfo } from '../system/hardware.ts'
-import { ProtocolError, openPeerStream, type SignedEnvelope } from '../wire/index.ts'
+import { ProtocolError, openPeerStream, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
 import { Admission, type PeerType } from './admission.ts'
 import { AdvertGossip, type AdvertGossipOptions } from './advert-gossip.ts'
 import { ADVERTS_SYNC_PROTOCOL, AdvertBook, MAX_INBOUND_SYNC_STREAMS, createAdvertsSyncHandler, signAdvert, type AdvertEntry } from './adverts.ts'
@@ -85,6 +85,16 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   readonly #book: AdvertBook
   readonly #gossip: AdvertGossip
   #host: PeerHost | null = null
+  /**
+   * Streams the network's own upkeep opens to connected peers (a record push, an advert sync): unlike `open`, they do
+   * not mark the peer as in use, or every peer would be worth keeping and a node reaching a full one on demand would
+   * be the one turned away.
+   */
+  readonly #upkeep: PeerStreams = {
+    open: async (nodeID, protocol, options) => await openStream(this.host, nodeIDToPeerId(nodeID), protocol, options),
+    reportMisbehaviour: async (nodeID, err) => { await this.reportMisbehaviour(nodeID, err) }
+  }
+
   /** Setting changes are applied one after another, in order. */
   #reconfiguring: Promise<void> = Promise.resolve()
   #unsubscribe: (() => void) | null = null
@@ -129,7 +139,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
       book: this.#book,
       record: () => this.#records.current(),
       addrs: () => (this.#host == null ? [] : advertisedAddrs(this.#host)),
-      peers: this,
+      peers: this.#upkeep,
       connected: () => this.#table.nodeIDs(),
       log: deps.log
     }, options.adverts)
@@ -400,7 +410,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   }
 
   async #push (nodeID: string, envelope: SignedEnvelope<CapabilityRecord>, signal: AbortSignal): Promise<void> {
-    const stream = await openPeerStream(this, nodeID, CAPABILITIES_PROTOCOL, { signal })
+    const stream = await openPeerStream(this.#upkeep, nodeID, CAPABILITIES_PROTOCOL, { signal })
     await pushCapabilities(stream, envelope, { signal })
   }
 

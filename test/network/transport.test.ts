@@ -203,6 +203,31 @@ await test('nodes meet through the relay directory, stream 1 MiB over a relayed 
     assert.equal(listing.rejected, 0)
   })
 
+  await t.test('a listing of `limit` records is a random sample of that many; a bad limit is refused, the relay keeps serving', async () => {
+    const everyone = new Set(nodes.map(node => node.identity.nodeID))
+    const seen = new Set<string>()
+    for (let i = 0; i < 20; i++) {
+      const sample = await listDirectory(a.host, relay.peerId, { limit: 2 })
+      assert.equal(sample.records.length, 2)
+      assert.equal(sample.rejected, 0)
+      assert.equal(new Set(sample.records.map(record => record.nodeID)).size, 2, 'no record twice')
+      for (const record of sample.records) {
+        assert.ok(everyone.has(record.nodeID))
+        seen.add(record.nodeID)
+      }
+    }
+    assert.equal(seen.size, 3, 'every node turns up in some sample')
+    assert.equal((await listDirectory(a.host, relay.peerId, { limit: 10 })).records.length, 3, 'a limit above the directory size lists everyone')
+    for (const limit of [0, -1, 1.5, 'all', 1_000_000]) {
+      const stream = await openStream(a.host, relay.peerId, DIRECTORY_PROTOCOL)
+      const frames = openFrames(stream, { maxFrameBytes: 1024 * 1024 })
+      await frames.lp.write(new TextEncoder().encode(JSON.stringify({ type: 'list', limit })))
+      await assert.rejects(readMessage(frames, z.unknown(), { timeoutMs: 5_000 }), `limit ${JSON.stringify(limit)} is refused`)
+      stream.abort(new Error('test done'))
+    }
+    assert.equal((await listDirectory(a.host, relay.peerId)).records.length, 3)
+  })
+
   await t.test('after a relay restart (same port, same seed, empty directory) the nodes find each other again', async () => {
     const oldPeerId = relay.peerId
     const lost = new Map(nodes.map(node => [node, new Set<string>()]))
