@@ -100,8 +100,8 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       holePunch: holePunch.service(),
       // Adverts are signed by their node inside the message; the message id is its content's hash, so one advert
       // heard from several peers is taken once. Peers' addresses come from the adverts, not from peer exchange. Peers
-      // on this machine are not penalised for sharing its address (gossipsub's IP colocation score would otherwise
-      // shun a node's 11th peer on loopback, and with it the gossip between nodes run side by side).
+      // on loopback are not penalised for sharing an address: gossipsub's IP colocation score shuns every peer of an
+      // address once more than 10 share it, which would cut the gossip between nodes run side by side.
       pubsub: gossipsub({
         allowPublishToZeroTopicPeers: true,
         doPX: false,
