@@ -17,7 +17,7 @@ const NODES_PER_WORKER = Number(process.env.BENCH_NODES_PER_WORKER ?? 25)
 
 const COMMON: PeerNetworkOptions = {
   inboundConnectionsPerSecond: 100_000,   // every node is 127.0.0.1 here
-  adverts: { debounceMs: 200 },
+  adverts: { debounceMs: 200, resyncMs: 5_000 },   // re-syncs at 5, 10, 20 and 40 s after joining: over before the idle window
   wan: { syncIntervalMs: 30_000, fastSyncMs: 2_000, minBackoffMs: 1_000, maxBackoffMs: 10_000, dialTimeoutMs: 30_000, reservationTimeoutMs: 20_000 }
 }
 const DESIGNS: Record<string, PeerNetworkOptions> = {
@@ -57,7 +57,8 @@ async function run (n: number, design: string): Promise<Record<string, unknown>>
       return stats.every(node => node.knownPeers >= n - 1)
     }, 600_000, 500)
     const setupS = (performance.now() - started) / 1000
-    await delay(10_000)   // let the first syncs and gossip settle
+    // Let the last re-syncs and gossip settle: at least 10 s, and 90 s from the start.
+    await delay(Math.max(10_000, 90_000 - (performance.now() - started)))
     const load = loadavg()[0]
     const [before, relayBefore] = [await nodes.io(), ownIo()]
     await delay(IDLE_MS)

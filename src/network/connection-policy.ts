@@ -90,7 +90,13 @@ export class ConnectionPolicy {
 
   #close (connection: Connection, why: string): void {
     this.#log.debug({ peer: connection.remotePeer.toString(), why }, 'closing a connection')
-    connection.abort(new Error(`closed: ${why}`))
+    try {
+      connection.abort(new Error(`closed: ${why}`))
+    } catch (err) {
+      // yamux's goodbye throws when the socket under it closed meanwhile: the connection is gone either way, and a
+      // throw here, inside libp2p's 'connection:open' dispatch, would end the process.
+      this.#log.debug({ err, peer: connection.remotePeer.toString() }, 'closing a connection that was already closing')
+    }
   }
 
   /** The limit to give libp2p's connection manager: one above ours, see `#onOpen`. */

@@ -32,6 +32,8 @@ class Worker {
       if (message.error != null) pending?.reject(new Error(`light worker: ${message.error}`))
       else pending?.resolve(message.result)
     })
+    // A send to a worker that died is answered by its 'exit' below (every pending call rejected).
+    this.#child.on('error', () => {})
     this.#child.on('exit', (code, signal) => {
       for (const pending of this.#pending.values()) pending.reject(new Error(`light worker exited (${code ?? signal})`))
       this.#pending.clear()
@@ -39,6 +41,7 @@ class Worker {
   }
 
   async call<T> (request: WorkerRequest): Promise<T> {
+    if (!this.#child.connected) throw new Error(`light worker exited (${this.#child.exitCode ?? this.#child.signalCode})`)
     const id = this.#next++
     const { promise, resolve, reject } = Promise.withResolvers<unknown>()
     this.#pending.set(id, { resolve, reject })
