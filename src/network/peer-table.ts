@@ -61,6 +61,9 @@ export interface PeerTableOptions {
   maxRetryMs?: number
 }
 
+/** First pings tried after the one at admission failed. */
+const PING_ATTEMPTS = 4
+
 interface Entry {
   nodeID: string
   type: PeerType
@@ -231,11 +234,31 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
       this.received(nodeID, record)
       const entry = this.#entries.get(nodeID)
       if (entry != null && pingMs != null) entry.pingMs = pingMs
+      if (entry != null && pingMs == null) this.#pingAgain(nodeID, 1, signal)
     } catch (err) {
       this.#fetching.delete(nodeID)
       if (signal.aborted) return
       this.#fetchFailed(nodeID, failures + 1, err, signal)
     }
+  }
+
+  /** A first ping that failed (its connection closed as a duplicate, a busy peer) is tried again, backing off, while
+   *  the peer is listed and its connections have no `rtt` yet: a listed peer gets a latency within seconds, not only
+   *  at the connection monitor's first ping. */
+  #pingAgain (nodeID: string, attempt: number, signal: AbortSignal): void {
+    if (attempt > PING_ATTEMPTS) return
+    const timer = setTimeout(() => {
+      const entry = this.#entries.get(nodeID)
+      if (signal.aborted || entry == null || entry.pingMs != null || this.#deps.connections(nodeID).some(connection => connection.rtt != null)) return
+      this.#deps.ping(nodeID, { signal: AbortSignal.any([signal, AbortSignal.timeout(this.#options.fetchTimeoutMs)]) }).then((ms) => {
+        const current = this.#entries.get(nodeID)
+        if (current != null) current.pingMs = ms
+      }, (err: unknown) => {
+        this.#deps.log.debug({ err, nodeID, attempt }, 'ping failed')
+        this.#pingAgain(nodeID, attempt + 1, signal)
+      })
+    }, backoffDelayMs(attempt, { minMs: this.#options.minRetryMs, maxMs: this.#options.maxRetryMs }))
+    timer.unref()
   }
 
   #fetchFailed (nodeID: string, failures: number, err: unknown, signal: AbortSignal): void {

@@ -49,7 +49,12 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
   const [first, second] = bestOwner === `peer:${b.nodeID}` ? [b, c] : [c, b]
 
   await t.test('GET /v1/app/peers, the snapshot counts and /v1/models list the peers and their models', async () => {
-    const res = await a.api.get('/v1/app/peers')
+    // A peer is listed once its record is in; its latency follows the first ping that gets through (a first one can
+    // go down with a duplicate connection the two nodes close).
+    const res = await waitFor(async () => {
+      const listed = await a.api.get('/v1/app/peers')
+      return (listed.body.peers as Array<{ latencyMs: unknown }>).every(peer => typeof peer.latencyMs === 'number') ? listed : undefined
+    }, { what: 'both peers to have a measured latency' })
     assert.equal(res.status, 200)
     const peers = res.body.peers as Array<Record<string, any>> // eslint-disable-line @typescript-eslint/no-explicit-any
     assert.deepEqual(peers.map(p => p.nodeID).sort(), [b.nodeID, c.nodeID].sort())
