@@ -35,12 +35,33 @@ export function rawPublicKey (key: KeyObject): Uint8Array {
   return new Uint8Array(key.export({ format: 'der', type: 'spki' }).subarray(SPKI_ED25519_PREFIX.length))
 }
 
+/** Public keys kept parsed for `verifySignature`, the most recently used: about one per peer heard of. */
+const VERIFY_KEY_CACHE_SIZE = 4096
+const verifyKeys = new Map<string, KeyObject>()
+
+/**
+ * The parsed key for `raw`, from the cache. Parsing a key (DER in, a KeyObject out) cost as much CPU as the
+ * verification itself, and the same few hundred keys sign everything a node hears (profiled: 200 nodes, adverts).
+ */
+function verifyKey (raw: Uint8Array): KeyObject {
+  const hex = Buffer.from(raw).toString('hex')
+  let key = verifyKeys.get(hex)
+  if (key != null) {
+    verifyKeys.delete(hex)   // re-inserted below: a Map iterates in insertion order, so the first entry is the least recently used
+  } else {
+    key = publicKeyFromRaw(raw)   // throws for a string that is not a curve point: nothing cached
+    if (verifyKeys.size >= VERIFY_KEY_CACHE_SIZE) verifyKeys.delete(verifyKeys.keys().next().value as string)
+  }
+  verifyKeys.set(hex, key)
+  return key
+}
+
 /** Verifies an Ed25519 signature by a hex or raw public key; false for any malformed input instead of throwing. */
 export function verifySignature (publicKey: string | Uint8Array, data: Uint8Array, signature: Uint8Array): boolean {
   const raw = typeof publicKey === 'string' ? Buffer.from(publicKey, 'hex') : publicKey
   if (raw.length !== 32 || signature.length !== 64) return false
   try {
-    return verify(null, data, publicKeyFromRaw(raw), signature)
+    return verify(null, data, verifyKey(raw), signature)
   } catch (err) {
     // A 32-byte string that is not a curve point: a forged key, which is simply not a valid signature.
     if (err instanceof Error) return false

@@ -38,7 +38,7 @@ export interface PeerNetworkOptions {
   listen?: string[]
   /** Listened on while `cluster_enabled` is on. @default every interface, TCP, a free port */
   lanListen?: string[]
-  /** How often libp2p pings every connection: the peers' latency, and a connection whose ping fails is closed. @default 10_000 */
+  /** How often libp2p pings every connection: the peers' latency, and a connection whose ping fails is closed. @default CONNECTION_PING_INTERVAL_MS */
   pingIntervalMs?: number
   /** Round trip above which a peer is `degraded`. @default 2_000 */
   degradedLatencyMs?: number
@@ -441,7 +441,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   }
 
   readonly #onAddressesChanged = (): void => {
-    this.#gossip.publishSoon()
+    this.#gossip.publishSoon({ ifChanged: true })
   }
 
   /**

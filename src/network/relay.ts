@@ -13,6 +13,7 @@ import { pino, type Logger } from 'pino'
 import { InvalidInputError } from '../errors.ts'
 import { generateSeed, identityFromSeed } from '../identity/index.ts'
 import { RelayDirectory, handleDirectory } from './directory.ts'
+import { CONNECTION_PING_INTERVAL_MS } from './libp2p-node.ts'
 import { peerIdToNodeID, privateKeyFromIdentity } from './peer-ids.ts'
 
 /**
@@ -33,6 +34,9 @@ export const RELAY_MAX_CONNECTIONS = 4 * RELAY_MAX_RESERVATIONS
 /** New connections per second from one IP before the relay refuses more (libp2p's default is 5; nodes behind one NAT,
  *  or on one test machine, share an IP and reconnect together after a relay restart). */
 export const RELAY_INBOUND_CONNECTIONS_PER_SECOND = 32
+/** Inbound connections in their handshakes at once (libp2p's default is 10): after a relay restart every node it served
+ *  reconnects at once, and with 10 in flight on a busy machine the rest were refused, retried, and refused again. */
+export const RELAY_MAX_INCOMING_PENDING_CONNECTIONS = 128
 
 export interface RelayOptions {
   /** WebSocket port; 0 picks a free one. */
@@ -92,9 +96,14 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
     transports: [webSockets(), tcp()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
-    connectionManager: { inboundConnectionThreshold: options.inboundConnectionsPerSecond ?? RELAY_INBOUND_CONNECTIONS_PER_SECOND, maxConnections: RELAY_MAX_CONNECTIONS },
-    // Its pings to the nodes fail only when really lost (as the nodes' own do): a busy machine keeps its nodes.
-    connectionMonitor: { pingTimeout: { minTimeout: 10_000 } },
+    connectionManager: {
+      inboundConnectionThreshold: options.inboundConnectionsPerSecond ?? RELAY_INBOUND_CONNECTIONS_PER_SECOND,
+      maxConnections: RELAY_MAX_CONNECTIONS,
+      maxIncomingPendingConnections: RELAY_MAX_INCOMING_PENDING_CONNECTIONS
+    },
+    // Its pings to the nodes fail only when really lost (as the nodes' own do): a busy machine keeps its nodes. As often
+    // as the nodes ping it: every node's connection is pinged from both ends.
+    connectionMonitor: { pingInterval: CONNECTION_PING_INTERVAL_MS, pingTimeout: { minTimeout: 10_000 } },
     services: {
       identify: identify(),
       ping: ping({ maxInboundStreams: 8 }),   // every node's connection monitor pings the relay too

@@ -1,0 +1,78 @@
+// Adverts (src/network/adverts.ts) as a sync brings them: each one checked against its node's key, except the ones
+// this node holds byte for byte already, which were checked when they were taken (not checking those again is what
+// let 200 nodes start on one machine; bench/README.md). A copy of a held advert with other content under the same
+// signatures is not "held": it is checked, and refused. The gossip side shares `AdvertBook.holds` (advert-gossip.ts).
+import assert from 'node:assert/strict'
+import { test } from 'node:test'
+import { streamPair } from '@libp2p/utils'
+import { z } from 'zod'
+import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
+import { AdvertBook, openAdvert, signAdvert, syncAdverts, type Advert } from '../../src/network/adverts.ts'
+import { signCapabilities } from '../../src/network/capabilities.ts'
+import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
+import { openFrames, readMessage, writeMessage, type PeerStreams } from '../../src/wire/index.ts'
+import { standInRecord } from '../support/stand-in.ts'
+
+const me = identityFromSeed(generateSeed())
+
+function advertOf (name: string): Advert {
+  const identity = identityFromSeed(generateSeed())
+  return signAdvert(identity, signCapabilities(identity, standInRecord(identity, { name })), [`/ip4/127.0.0.1/tcp/4001/p2p/${nodeIDToPeerId(identity.nodeID).toString()}`])
+}
+
+/** A peer that answers every sync with `adverts`, as they are (forged ones included). */
+function peerAnswering (adverts: unknown[]): PeerStreams {
+  return {
+    open: async (_nodeID, protocol) => {
+      const [asker, server] = await streamPair({ protocol })
+      void (async () => {
+        const frames = openFrames(server, { maxFrameBytes: 8 * 1024 * 1024 })
+        await readMessage(frames, z.unknown())
+        await writeMessage(frames, { adverts })
+        await server.close()
+      })().catch(() => undefined)
+      return asker
+    },
+    reportMisbehaviour: async () => {}
+  }
+}
+
+test('adverts: a sync leaves out what the book holds byte for byte, checks the rest, and refuses a held advert\'s signatures over other content', async () => {
+  const book = new AdvertBook(me.nodeID)
+  const held = advertOf('held')
+  assert.equal(book.offer(held, openAdvert(held)), 'kept')
+  const fresh = advertOf('fresh')
+  const body = held.record.body as Record<string, unknown>
+  // The held advert's signatures, over a record that says something else (a lower price): a forgery.
+  const forged: Advert = { ...held, record: { ...held.record, body: { ...body, pricePer1kTokensMicro: 1 } } }
+  // A copy of the held advert that differs in its presence (a later timestamp) under the old signature.
+  const presence = held.presence.body as Record<string, unknown>
+  const replayed: Advert = { ...held, presence: { ...held.presence, body: { ...presence, timestamp: Number(presence.timestamp) + 1 } } }
+
+  assert.equal(book.holds(held), true)
+  assert.equal(book.holds(structuredClone(held)), true, 'the same advert, received again')
+  assert.equal(book.holds(forged), false)
+  assert.equal(book.holds(replayed), false)
+  assert.equal(book.holds(fresh), false)
+
+  const { adverts, rejected } = await syncAdverts(peerAnswering([held, forged, replayed, fresh]), held.record.signer, { book })
+  assert.equal(rejected, 2, 'the forged record and the replayed presence do not verify')
+  assert.deepEqual(adverts.map(({ opened }) => opened.record.name), ['fresh'])
+  assert.equal(book.offer(adverts[0].advert, adverts[0].opened), 'kept')
+  assert.equal(book.size, 2)
+  assert.equal(book.get(held.record.signer)?.record.pricePer1kTokensMicro, body.pricePer1kTokensMicro, 'the held advert is unchanged')
+
+  // Without a book, everything is checked (the first sync of a node that holds nothing yet).
+  const unbooked = await syncAdverts(peerAnswering([held, forged, fresh]), held.record.signer)
+  assert.equal(unbooked.rejected, 1)
+  assert.deepEqual(unbooked.adverts.map(({ opened }) => opened.record.name).sort(), ['fresh', 'held'])
+})
+
+test('adverts: an advert past its lifetime is not held, even byte for byte', () => {
+  const book = new AdvertBook(me.nodeID, { ttlMs: 60_000 })
+  const advert = advertOf('short-lived')
+  const opened = openAdvert(advert)
+  assert.equal(book.offer(advert, opened), 'kept')
+  assert.equal(book.holds(advert, opened.presence.timestamp + 59_999), true)
+  assert.equal(book.holds(advert, opened.presence.timestamp + 60_000), false)
+})
