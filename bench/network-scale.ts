@@ -14,6 +14,9 @@ const sizes = process.argv.slice(2).map(Number).filter(n => n > 1)
 const designs = (process.env.BENCH_DESIGNS ?? 'bounded,full-mesh').split(',')
 const IDLE_MS = Number(process.env.BENCH_IDLE_MS ?? 60_000)
 const NODES_PER_WORKER = Number(process.env.BENCH_NODES_PER_WORKER ?? 25)
+/** Nodes each worker starts at once. One: 200 nodes starting 40 at a time on 2 cores (8 workers × 5) overloaded the
+ *  machine into timeouts, reconnections and re-published adverts that kept it overloaded: a start no real network has. */
+const START_BATCH = Number(process.env.BENCH_START_BATCH ?? 1)
 /** How long to wait for every node to know every other one before measuring anyway. */
 const JOIN_MS = Number(process.env.BENCH_JOIN_S ?? 600) * 1000
 
@@ -51,7 +54,7 @@ async function run (n: number, design: string): Promise<Record<string, unknown>>
   let cluster: LightCluster | null = null
   try {
     const started = performance.now()
-    cluster = await LightCluster.start({ relayUrls: [relay.url], nodes: n, workers: Math.ceil(n / NODES_PER_WORKER), network: DESIGNS[design] })
+    cluster = await LightCluster.start({ relayUrls: [relay.url], nodes: n, workers: Math.ceil(n / NODES_PER_WORKER), batch: START_BATCH, network: DESIGNS[design] })
     const nodes = cluster
     let stats: NodeStats[] = []
     const joinedMs = await until(async () => {
