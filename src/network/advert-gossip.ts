@@ -20,8 +20,6 @@ export interface AdvertGossipDeps {
   log: Logger
 }
 
-/** The last new peer at which a node publishes its advert again (at the 1st, 2nd, 4th and 8th). */
-const REPUBLISH_PEERS = 8
 /** Times a node asks a random peer for its adverts again after joining (see `resyncMs`). */
 const RESYNC_ROUNDS = 4
 
@@ -61,10 +59,6 @@ export class AdvertGossip {
   #unheard = true
   /** Peers that came online since WAN was (re)started. */
   #online = 0
-  /** The record version and addresses last published. */
-  #published = ''
-  /** Whether the pending publish goes out even if nothing changed. */
-  #forcePublish = false
   readonly #resyncMs: number
   #resync: NodeJS.Timeout | null = null
   /** Resyncs scheduled since WAN was (re)started. */
@@ -107,31 +101,18 @@ export class AdvertGossip {
   reset (): void {
     this.#synced = 0
     this.#online = 0
-    this.#published = ''
     this.#resyncs = 0
     if (this.#resync != null) clearTimeout(this.#resync)
     this.#resync = null
     this.#deps.book.clear()
   }
 
-  /**
-   * Publishes this node's advert shortly (changes within `debounceMs` go out as one). `ifChanged`: only if its record
-   * version or its addresses differ from the last published: libp2p says our peer record changed for more than our
-   * addresses (protocols, a relay reservation renewed at the same address), and every publish floods the network.
-   */
-  publishSoon (options: { ifChanged?: boolean } = {}): void {
-    if (this.#host == null) return
-    if (options.ifChanged !== true) this.#forcePublish = true
-    if (this.#pending != null) return
+  /** Publishes this node's advert shortly (changes within `debounceMs` go out as one). */
+  publishSoon (): void {
+    if (this.#host == null || this.#pending != null) return
     this.#pending = setTimeout(() => {
       this.#pending = null
-      const force = this.#forcePublish
-      this.#forcePublish = false
-      const addrs = this.#deps.addrs()
-      const said = `${this.#deps.record().body.version} ${JSON.stringify(addrs)}`
-      if (!force && said === this.#published) return
-      this.#published = said
-      this.#publish(addrs).catch((err: unknown) => { this.#deps.log.debug({ err }, 'advert publish failed') })
+      this.#publish(this.#deps.addrs()).catch((err: unknown) => { this.#deps.log.debug({ err }, 'advert publish failed') })
     }, this.#debounceMs)
     this.#pending.unref()
   }
@@ -143,15 +124,13 @@ export class AdvertGossip {
 
   /**
    * A peer came online: asked for its adverts while fewer than `syncPeers` have answered. This node's advert is
-   * published again when the last one reached nobody, and at its 1st, 2nd, 4th and 8th peer: a node's first publish
-   * may reach only the few nodes connected by then, but each publish is a new message that floods the whole network
-   * (and is checked by every node), so not on every new peer (a node meets its first peers all at once when it
-   * starts), and not beyond the 8th: by then its gossip mesh is whole, and a node that reconnects often (a busy
-   * machine) would otherwise keep flooding the network.
+   * published again when the last one reached nobody, and at its 1st, 2nd, 4th, 8th... peer: a node's first publish
+   * may reach only the few nodes connected by then, but each publish is a new message that floods the whole network,
+   * so not on every new peer (a node meets its first peers all at once when it starts).
    */
   peerOnline (nodeID: string): void {
     this.#online++
-    if (this.#unheard || (this.#online <= REPUBLISH_PEERS && (this.#online & (this.#online - 1)) === 0)) this.publishSoon()
+    if (this.#unheard || (this.#online & (this.#online - 1)) === 0) this.publishSoon()
     if (this.#synced >= this.#syncPeers || this.#syncing.has(nodeID) || this.#syncing.size >= this.#syncPeers) return
     this.#sync(nodeID)
   }

@@ -441,7 +441,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   }
 
   readonly #onAddressesChanged = (): void => {
-    this.#gossip.publishSoon({ ifChanged: true })
+    this.#gossip.publishSoon()
   }
 
   /**
