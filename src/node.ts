@@ -206,6 +206,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         model: models.loadedModel(),
         models: models.list(),
         peers: network.counts(),
+        network: network.reachability(),
         wallet: { currentBalance: microToCredits(ledger.balanceMicro()) },
         ptn: { memberships: ptn.countInEffect() },
         settings: settings.redacted()

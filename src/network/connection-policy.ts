@@ -3,6 +3,7 @@ import { peerIdFromString } from '@libp2p/peer-id'
 import type { Logger } from 'pino'
 import type { PeerHost } from './libp2p-node.ts'
 import { nodeIDToPeerId } from './peer-ids.ts'
+import { AUTONAT_DIAL_REQUEST_PROTOCOL } from './reachability.ts'
 
 /** Connections a node holds at most, by default (libp2p's connection manager enforces it). */
 export const DEFAULT_MAX_CONNECTIONS = 50
@@ -69,6 +70,10 @@ export class ConnectionPolicy {
     const host = this.#host
     if (host == null) return
     const opened = evt.detail
+    // An AutoNAT dial-back (reachability.ts): a second connection, made only to prove an address dialable and closed by
+    // its dialer once the nonce is answered. Closing it as a duplicate would fail the dial-back, or close the connection
+    // the request came on (what AutoNAT v1 did to relay connections); nor is it a peer to make room for.
+    if (isDialBack(opened, host.getConnections(opened.remotePeer))) return
     const twin = host.getConnections(opened.remotePeer).find(connection => connection !== opened && connection.status === 'open' && connection.direct === opened.direct)
     if (twin != null) {
       this.#close(duplicateToClose(host.peerId.toString(), opened, twin), 'a second connection to the same peer')
@@ -198,6 +203,13 @@ export function duplicateToClose (self: string, opened: Connection, twin: Connec
   const [a, b] = [dialer(opened), dialer(twin)]
   if (a === b) return opened
   return a > b ? opened : twin
+}
+
+/** Whether `opened` is an AutoNAT dial-back: another connection to the same peer carries a dial request now (ours to
+ *  it, or its to us), which stays open until the dial-back is done. */
+function isDialBack (opened: Connection, connections: Connection[]): boolean {
+  return connections.some(connection => connection !== opened && connection.status === 'open' &&
+    connection.streams.some(stream => stream.protocol === AUTONAT_DIAL_REQUEST_PROTOCOL))
 }
 
 /** A connection carrying one of our protocols' streams now (a request, a record fetch): not closed to make room. */

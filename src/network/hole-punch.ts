@@ -23,6 +23,7 @@ import { isPrivate } from '@libp2p/utils'
 import { tcp } from '@libp2p/tcp'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import type { Logger } from 'pino'
+import { withMethods } from './peer-ids.ts'
 import { isCircuit } from './relay-address.ts'
 
 /** The dial priority DCUtR gives its hole-punching dials (@libp2p/dcutr 3.0.28, `DCUTR_DIAL_PRIORITY`); no other dial uses it. */
@@ -38,6 +39,12 @@ type DcutrComponents = Parameters<ReturnType<typeof dcutr>>[0] & { peerId: PeerI
 /** libp2p hands every transport all its components; the wrapper needs the connections besides TCP's own. */
 type TcpComponents = Parameters<ReturnType<typeof tcp>>[0] & Pick<DcutrComponents, 'connectionManager'>
 
+export interface HolePunchDeps {
+  log: Logger
+  /** Told our public IPv4 address each time a public peer reports it (reachability.ts tests it). */
+  onPublicIp?: (ip: string) => void
+}
+
 /**
  * The hole-punching part of a node's host: `tcp()` replaces libp2p's TCP transport, `dcutr()` its DCUtR service,
  * and `service()` (a service of its own) learns our public IP.
@@ -49,15 +56,17 @@ export class HolePunch {
   /** Called once we know a public address: relayed connections that opened before we did wait for it. */
   readonly #addressWaiters = new Set<() => void>()
   readonly #log: Logger
+  readonly #onPublicIp: ((ip: string) => void) | null
 
-  private constructor (port: number, log: Logger) {
+  private constructor (port: number, deps: HolePunchDeps) {
     this.port = port
-    this.#log = log
+    this.#log = deps.log
+    this.#onPublicIp = deps.onPublicIp ?? null
   }
 
   /** Picks a free punch port. */
-  static async create (deps: { log: Logger }): Promise<HolePunch> {
-    return new HolePunch(await freePort(), deps.log)
+  static async create (deps: HolePunchDeps): Promise<HolePunch> {
+    return new HolePunch(await freePort(), deps)
   }
 
   /** Our public address per IP version, as a public peer last saw it; empty until one has. */
@@ -72,6 +81,7 @@ export class HolePunch {
     const ip = observedAddr.getComponents()[0]
     if (ip == null || (ip.name !== 'ip4' && ip.name !== 'ip6') || ip.value == null || isPrivate(observedAddr)) return
     this.#publicAddrs.set(ip.name, `/${ip.name}/${ip.value}/tcp/${this.port}`)
+    if (ip.name === 'ip4') this.#onPublicIp?.(ip.value)
     for (const wake of this.#addressWaiters) wake()
     this.#addressWaiters.clear()
   }
@@ -182,17 +192,6 @@ function openedDcutrStream (connections: Connection[], ma: Multiaddr): boolean {
   if (peer == null) return false
   return connections.some(connection => connection.remotePeer.toString() === peer && isCircuit(connection.remoteAddr) &&
     connection.streams.some(stream => stream.protocol === DCUTR_PROTOCOL && stream.direction === 'outbound'))
-}
-
-/** `target` with some methods replaced; the others still run on `target` itself (they may use private fields). */
-function withMethods<T extends object> (target: T, methods: Partial<T>): T {
-  return new Proxy(target, {
-    get: (object, key) => {
-      if (Object.hasOwn(methods, key)) return methods[key as keyof T]
-      const value: unknown = Reflect.get(object, key)
-      return typeof value === 'function' ? value.bind(object) : value
-    }
-  })
 }
 
 async function freePort (): Promise<number> {

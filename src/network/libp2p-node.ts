@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { noise } from '@chainsafe/libp2p-noise'
 import { yamux } from '@chainsafe/libp2p-yamux'
+import { autoNATv2 } from '@libp2p/autonat-v2'
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
 import { gossipsub, type GossipSub } from '@libp2p/gossipsub'
 import { identify, type Identify } from '@libp2p/identify'
@@ -14,6 +15,7 @@ import type { NodeIdentity } from '../identity/index.ts'
 import { HolePunch } from './hole-punch.ts'
 import { lanPresence, type LanPresence, type LanPresenceOptions } from './lan-presence.ts'
 import { DEFAULT_LISTEN, privateKeyFromIdentity } from './peer-ids.ts'
+import { ReachabilityMonitor } from './reachability.ts'
 
 // The helpers that need no transports live in peer-ids.ts; they are re-exported here for callers that build hosts.
 export { DEFAULT_LISTEN, privateKeyFromIdentity, peerIdFromIdentity, peerIdToNodeID, nodeIDToPeerId, openStream, handleProtocol } from './peer-ids.ts'
@@ -30,6 +32,8 @@ export interface PeerHostServices extends Record<string, unknown> {
   lanPresence: LanPresence
   /** Gossip of the nodes' adverts (`advert-gossip.ts`). */
   pubsub: GossipSub
+  /** What AutoNAT learned of this node's reachability (`reachability.ts`). */
+  reachability: ReachabilityMonitor
 }
 
 /** The node's libp2p host. The composition root owns it: it is started by `createPeerHost` and stopped with `stop()`. */
@@ -83,7 +87,8 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
   const log = options.log ?? pino({ level: 'silent' })
   const listen = [...(options.listen ?? DEFAULT_LISTEN)]
   if (options.relayUrl != null || options.relayReservations === true) listen.push(...RELAY_RESERVATION_LISTEN)
-  const holePunch = await HolePunch.create({ log: log.child({ part: 'hole-punch' }) })
+  const reachability = new ReachabilityMonitor({ log: log.child({ part: 'reachability' }) })
+  const holePunch = await HolePunch.create({ log: log.child({ part: 'hole-punch' }), onPublicIp: (ip) => { reachability.publicIp(ip) } })
   const host = await createLibp2p<PeerHostServices>({
     privateKey: privateKeyFromIdentity(identity),
     addresses: { listen },
@@ -107,6 +112,9 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       lanPresence: lanPresence(options.lan),
       dcutr: holePunch.dcutr(),
       holePunch: holePunch.service(),
+      // AutoNAT v2: this node answers peers' dial-back requests and asks its own (reachability.ts)
+      autonat: reachability.autonat(autoNATv2),
+      reachability: () => reachability,
       // Adverts are signed by their node inside the message, so gossipsub signs nothing (StrictNoSign: no second
       // signature to make and check on every message at every node; signature checks were a third of the CPU of 200
       // nodes starting). The message id is its content's hash, so one advert heard from several peers is taken once.

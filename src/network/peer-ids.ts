@@ -62,3 +62,14 @@ function bestConnection (connections: Connection[]): Connection | undefined {
 export async function handleProtocol (host: Libp2p, protocol: string, handler: StreamHandler, options: { maxInboundStreams: number }): Promise<void> {
   await host.handle(protocol, handler, { maxInboundStreams: options.maxInboundStreams, runOnLimitedConnection: true })
 }
+
+/** `target` with some methods replaced; the others still run on `target` itself (they may use private fields). */
+export function withMethods<T extends object> (target: T, methods: Partial<T>): T {
+  return new Proxy(target, {
+    get: (object, key) => {
+      if (Object.hasOwn(methods, key)) return methods[key as keyof T]
+      const value: unknown = Reflect.get(object, key)
+      return typeof value === 'function' ? value.bind(object) : value
+    }
+  })
+}

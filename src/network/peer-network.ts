@@ -19,6 +19,7 @@ import type { PeerHost } from './libp2p-node.ts'
 import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, nodeIDToPeerId, openStream, peerIdToNodeID } from './peer-ids.ts'
 import { PeerTable, type PeerInfo, type PeerTableEvents } from './peer-table.ts'
 import { ProtocolRegistry, type HandleOptions, type PeerStreamHandler } from './protocol-registry.ts'
+import type { ReachabilityStatus } from './reachability.ts'
 import { RecordAdvertiser, type RecordPart, type RecordParts } from './record-advertiser.ts'
 import { WanPresence } from './wan-presence.ts'
 import { dialableAddrs, type WanClientOptions } from './wan.ts'
@@ -190,6 +191,11 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
   /** The multiaddrs this node listens on (with its peer id). */
   addresses (): string[] {
     return this.#host?.getMultiaddrs().map(String) ?? []
+  }
+
+  /** What AutoNAT learned of this node's reachability (`unknown` while the peer network is off). */
+  reachability (): ReachabilityStatus {
+    return this.#host?.services.reachability.status() ?? { reachability: 'unknown', publicAddrs: [] }
   }
 
   /** Whether a WAN client holds a connection to a relay. */

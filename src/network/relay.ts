@@ -1,6 +1,7 @@
 import { isIP } from 'node:net'
 import { noise } from '@chainsafe/libp2p-noise'
 import { yamux } from '@chainsafe/libp2p-yamux'
+import { autoNATv2 } from '@libp2p/autonat-v2'
 import { circuitRelayServer, type CircuitRelayService } from '@libp2p/circuit-relay-v2'
 import { identify, type Identify } from '@libp2p/identify'
 import type { PeerId } from '@libp2p/interface'
@@ -15,6 +16,7 @@ import { generateSeed, identityFromSeed } from '../identity/index.ts'
 import { RelayDirectory, handleDirectory } from './directory.ts'
 import { CONNECTION_PING_INTERVAL_MS } from './libp2p-node.ts'
 import { peerIdToNodeID, privateKeyFromIdentity } from './peer-ids.ts'
+import { ReachabilityMonitor } from './reachability.ts'
 
 /**
  * Limits on each relayed connection. libp2p's defaults (128 KiB, 2 min) exist for hole punching only and would cut a
@@ -90,6 +92,7 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
   if (options.tcpPort != null) listen.push(`/${ip}/${host}/tcp/${options.tcpPort}`)
   const identity = identityFromSeed(options.seed ?? generateSeed())
   const limits = options.limits ?? null
+  const reachability = new ReachabilityMonitor({ log: log.child({ part: 'reachability' }) })
   const node: Libp2p<RelayServices> = await createLibp2p<RelayServices>({
     privateKey: privateKeyFromIdentity(identity),
     addresses: { listen, announce: options.announce },
@@ -107,6 +110,8 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
     services: {
       identify: identify(),
       ping: ping({ maxInboundStreams: 8 }),   // every node's connection monitor pings the relay too
+      // AutoNAT v2 (reachability.ts): the relay dials its nodes back when they ask, and learns its own public address
+      autonat: reachability.autonat(autoNATv2),
       relay: circuitRelayServer({
         reservations: limits == null
           ? { maxReservations: RELAY_MAX_RESERVATIONS, applyDefaultLimit: false }

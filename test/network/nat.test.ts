@@ -1,6 +1,8 @@
 // Two nodes behind NAT routers reach each other through a public relay, then directly once DCUtR has punched a hole,
 // and a chat placed on one is answered by the other over the direct connection. Network namespaces of our own: a
-// "public" one (the relay, and the routers' outside legs on a bridge), and per node a router and a home network.
+// "public" one (the relay, and the routers' outside legs on a bridge), per NATed node a router and a home network, and
+// a node with a public address of its own on the bridge. AutoNAT meanwhile: the public node learns that it is public,
+// the NATed ones that they are private, and nobody's relay connection is cut by a dial-back.
 // Needs root, iproute2 and iptables; skipped with a message otherwise.
 //
 // The routers are what a home router does (docs/PROTOCOLS.md, Hole punching): MASQUERADE, which keeps a connection's
@@ -10,12 +12,14 @@
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
-import { addNetns, inNetns, ip, spawnInNetns, startNetnsNode, whyNatUnavailable, type NetnsNode } from '../support/netns.ts'
+import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
+import { addNetns, inNetns, ip, spawnInNetns, startNetnsNode, whyNatUnavailable, type NetnsNode, type NetnsProcess } from '../support/netns.ts'
 import { tempDir, waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
-// Outside addresses must be public ones: DCUtR ignores private addresses (and the documentation ranges count as
-// private). These exist only on the bridge inside the test's "public" namespace, which has no link to anything else.
+// Outside addresses must be public ones: DCUtR ignores private addresses, and AutoNAT tests only public ones (libp2p
+// counts the documentation ranges and 100.64.0.0/10 as private; 100.128.0.0 and up are public). These exist only on
+// the bridge inside the test's "public" namespace, which has no link to anything else.
 const PUBLIC_NET = `100.${128 + (process.pid % 100)}.${(process.pid >> 8) % 250}`
 
 interface Topology {
@@ -23,6 +27,8 @@ interface Topology {
   relayIp: string
   /** One namespace per node, each behind its own NAT router. */
   homes: string[]
+  /** A namespace on the public bridge, with a public address of its own (no NAT). */
+  publicHost: { ns: string, ip: string }
 }
 
 /** The relay's namespace with a bridge, and `count` homes: a node's namespace behind a router namespace that NATs. */
@@ -53,13 +59,35 @@ async function buildNattedNetwork (t: TestContext, count: number): Promise<Topol
     await inNetns(router, 'iptables', '-A', 'FORWARD', '-i', 'wan', '-m', 'conntrack', '--ctstate', 'NEW,INVALID', '-j', 'DROP')
     homes.push(home)
   }
-  return { publicNs, relayIp: `${PUBLIC_NET}.1`, homes }
+  const publicHost = { ns: await addNetns(t, `mnph${tag}`), ip: `${PUBLIC_NET}.100` }
+  await ip('link', 'add', 'name', 'eth0', 'netns', publicHost.ns, 'type', 'veth', 'peer', 'name', 'ph', 'netns', publicNs)
+  await ip('-n', publicNs, 'link', 'set', 'ph', 'master', 'br0', 'up')
+  await ip('-n', publicHost.ns, 'addr', 'add', `${publicHost.ip}/24`, 'dev', 'eth0')
+  await ip('-n', publicHost.ns, 'link', 'set', 'eth0', 'up')
+  return { publicNs, relayIp: `${PUBLIC_NET}.1`, homes, publicHost }
 }
 
 interface PeerView { nodeID: string, connection: string, status: string }
 
 async function peersOf (node: NetnsNode): Promise<PeerView[]> {
   return (await node.api('GET', '/v1/app/peers') as { peers: PeerView[] }).peers
+}
+
+interface NetworkView { reachability: string, publicAddrs: string[] }
+
+async function networkOf (node: NetnsNode): Promise<NetworkView> {
+  return (await node.api('GET', '/v1/app') as { network: NetworkView }).network
+}
+
+/** The log line of a direct connection joining the relayed one to `peer` ("hole punched"), parsed, or undefined. */
+function punchedTo (node: NetnsProcess, peer: NetnsNode): { relayed: string, direct: string } | undefined {
+  const peerId = nodeIDToPeerId(peer.nodeID).toString()
+  const line = node.output().split('\n').find(l => l.includes('hole punched') && l.includes(peerId))
+  return line == null ? undefined : JSON.parse(line)
+}
+
+function count (text: string, needle: string): number {
+  return text.split('\n').filter(line => line.includes(needle)).length
 }
 
 const skipReason = whyNatUnavailable()
@@ -73,27 +101,28 @@ test('NAT: two nodes behind NAT routers meet through the relay, DCUtR punches a 
     const modelDir = await tempDir(t, 'meshnode-model-')
     const { path: modelPath } = await writeTinyGguf(join(modelDir, 'tiny-chat.gguf'), { seed: 7 })
     const listen = ['--p2p-listen', '/ip4/0.0.0.0/tcp/0']
-    const [server, client] = await Promise.all([
+    const [server, client, open] = await Promise.all([
       startNetnsNode(t, net.homes[0], [...listen, '--model', modelPath]),
-      startNetnsNode(t, net.homes[1], listen)
+      startNetnsNode(t, net.homes[1], listen),
+      startNetnsNode(t, net.publicHost.ns, listen)
     ])
     // Neither home can reach the other: only the relay's public address is routed.
     await assert.rejects(inNetns(net.homes[1], 'ping', '-c', '1', '-W', '1', '10.79.1.2'))
+    assert.deepEqual(await networkOf(client), { reachability: 'unknown', publicAddrs: [] }, 'nothing learned before the network is on')
 
-    await Promise.all([server, client].map(async node => {
+    await Promise.all([server, client, open].map(async node => {
       await node.api('PATCH', '/v1/app/settings', { wan_enabled: true, wan_relay_url: relay.ready.url })
     }))
 
     // Relayed first: the only way they can meet. Then DCUtR joins a direct connection to the relayed one.
     try {
-      await waitFor(() => /hole punched/.test(server.output()) && /hole punched/.test(client.output()),
+      await waitFor(() => punchedTo(server, client) != null && punchedTo(client, server) != null,
         { timeoutMs: 120_000, intervalMs: 500, what: 'a direct connection to join the relayed one on both nodes' })
     } catch (err) {
       t.diagnostic(`server:\n${server.output().slice(-6000)}\nclient:\n${client.output().slice(-6000)}`)
       throw err
     }
-    const upgrade = client.output().split('\n').find(line => line.includes('hole punched')) as string
-    const logged = JSON.parse(upgrade) as { relayed: string, direct: string }
+    const logged = punchedTo(client, server) as { relayed: string, direct: string }
     assert.match(logged.relayed, /\/p2p-circuit/)
     assert.match(logged.direct, new RegExp(`^/ip4/${PUBLIC_NET.replaceAll('.', '\\.')}\\.11/tcp/\\d+`), 'dialed at the server\'s router, not through the relay')
 
@@ -117,4 +146,27 @@ test('NAT: two nodes behind NAT routers meet through the relay, DCUtR punches a 
     assert.equal(typeof body.choices[0].message.content, 'string')
     // Still direct after the answer: it went over the punched connection, not a new relayed one.
     assert.ok((await peersOf(client)).some(p => p.nodeID === server.nodeID && p.connection === 'direct'))
+
+    // AutoNAT: the node with a public address of its own was dialed back there (by the relay, or a peer it asked);
+    // the NATed ones were not (a dial-back to their public IP at their listen port meets the router's firewall).
+    try {
+      await waitFor(async () => (await networkOf(open)).reachability === 'public',
+        { timeoutMs: 60_000, intervalMs: 500, what: 'the public node to learn it is public' })
+      await waitFor(async () => (await networkOf(server)).reachability === 'private' && (await networkOf(client)).reachability === 'private',
+        { timeoutMs: 60_000, intervalMs: 500, what: 'the NATed nodes to learn they are private' })
+    } catch (err) {
+      t.diagnostic(`public node:\n${open.output().slice(-6000)}\nclient:\n${client.output().slice(-6000)}`)
+      throw err
+    }
+    const learned = await networkOf(open)
+    assert.ok(learned.publicAddrs.length > 0 && learned.publicAddrs.every(addr => addr.startsWith(`/ip4/${net.publicHost.ip}/tcp/`)), learned.publicAddrs.join(' '))
+    assert.deepEqual((await networkOf(client)).publicAddrs, [])
+    // The relay answered dial-backs and asked its own: a node dialed it back at its public address.
+    await waitFor(() => relay.output().includes('"reachability":"public"'),
+      { timeoutMs: 60_000, intervalMs: 500, what: 'the relay to learn it is public' })
+    // And no dial-back cut a relay connection: each node connected to the relay once and never lost it.
+    for (const node of [server, client, open]) {
+      assert.equal(count(node.output(), 'relay connection lost'), 0, node.output().slice(-4000))
+      assert.equal(count(node.output(), 'connected to relay'), 1, node.output().slice(-4000))
+    }
   })

@@ -17,6 +17,7 @@ export function registerStatus (program: Command): void {
         ['model', app.model == null ? null : `${app.model.modelID} (${app.model.status}${app.model.gpu == null || app.model.gpu.gpuLayers === 0 ? '' : `, ${app.model.gpu.gpuLayers}/${app.model.gpu.totalLayers} layers on ${app.model.gpu.backend}`})`],
         ['models', app.models.length],
         ['peers', `${app.peers.lan} lan, ${app.peers.wan} wan`],
+        ['reachability', app.network.publicAddrs.length === 0 ? app.network.reachability : `${app.network.reachability} (${app.network.publicAddrs.join(', ')})`],
         ['balance', app.wallet.currentBalance],
         ['ptn memberships', app.ptn.memberships],
         ['network access', app.settings.allow_network_access ? 'on (API key required)' : 'off (loopback only)'],

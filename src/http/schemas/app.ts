@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { REACHABILITY } from '../../network/index.ts'
 import { SettingsObject } from './settings.ts'
 
 export const Health = z.object({
@@ -71,6 +72,10 @@ export const AppSnapshot = z.object({
   }).nullable(),
   models: z.array(ModelRecord),
   peers: z.object({ lan: z.number(), wan: z.number() }),
+  network: z.object({
+    reachability: z.enum(REACHABILITY).describe('an addition: public once a peer has dialed this node back at a public address (AutoNAT), private once a dial-back to its public address failed (behind NAT), unknown before either'),
+    publicAddrs: z.array(z.string()).describe('its public addresses a peer has dialed back; others reach it there directly')
+  }),
   wallet: z.object({ currentBalance: z.number() }),
   ptn: z.object({ memberships: z.number() }),
   settings: SettingsObject

@@ -1,0 +1,167 @@
+// What a node learns of its own reachability: whether other nodes can dial it directly, or only through a relay.
+// libp2p's AutoNAT v2 (@libp2p/autonat-v2) tests it: a node asks a peer it is connected to to dial one of its
+// addresses back, over a new connection, and to send a nonce on it; the dial-back is then closed by the peer that made
+// it, and the connection the request came on is left alone (AutoNAT v1 answered on that connection and closed it,
+// which cut relay connections in a loop). Every node (and `meshnode relay`) answers these requests and asks them.
+//
+// What autonat-v2 2.0.15 does, and what meshnode adds around it:
+// - It tests only public addresses (private, loopback and non-global IPv6 ones are skipped) that are not verified yet,
+//   asks only peers on a direct connection (not relayed ones), and each peer once per connection, from a /8 (IPv4)
+//   it has no answer from yet for that address: one answer per network segment, so that a few peers in one network
+//   cannot decide alone. One successful dial-back confirms a listen address or an IP mapping (four, from four
+//   segments, an address identify observed; js-libp2p ignores observed TCP addresses, see hole-punch.ts), and eight
+//   failures from eight segments unconfirm one. These thresholds are constants of the package, not options.
+// - A node behind NAT listens on private addresses only, so it would have nothing to test. Once a public peer has
+//   told us our public IP (identify, as hole-punch.ts learns it), each private TCP listen address is given to libp2p
+//   as an IP mapping at the same port (what a port forward on the router, by hand or UPnP, makes reachable): an
+//   unverified address that autonat-v2 then tests, and that is advertised only once a dial-back has confirmed it.
+// - 'private' does not wait for eight failures: a node in a small network (one relay, a few peers, often all in one
+//   /8) never collects them, since each segment answers once. A single failed dial-back to our public address says
+//   that this address is not reachable, and a wrong 'private' costs nothing (the node keeps its relay reservations
+//   as every NATed node does); 'public' needs a dial-back that brought back our nonce. autonat-v2 reports a single
+//   failure nowhere but its log (the client's trace line `%p could not dial %a`), so its logger is tapped for it; the
+//   package is pinned, and test/network/nat.test.ts fails if the line changes.
+// - Circuit addresses are not tested: their reachability is the relay reservation's, and a relay asked to dial a
+//   circuit address through itself refuses (E_DIAL_REFUSED), which makes the asking client stop reading the answers
+//   for the addresses after it.
+// - A node dials back at most MAX_CONCURRENT_DIAL_BACKS addresses at once, and refuses further requests meanwhile
+//   (a refusal is no failure for the asking client, which asks another peer): a relay that all its nodes reconnect to
+//   at once does not turn into a dial storm.
+// - The dial-back connection is a second connection to a peer already connected: connection-policy.ts leaves it alone
+//   (neither a duplicate to close nor counted against the limit) while the request it answers is open.
+import type { AutoNATv2Components, autoNATv2 } from '@libp2p/autonat-v2'
+import type { Logger as Libp2pLogger } from '@libp2p/interface'
+import { isLoopback, isNetworkAddress, isPrivate } from '@libp2p/utils'
+import type { Logger } from 'pino'
+import { withMethods } from './peer-ids.ts'
+import { isCircuit } from './relay-address.ts'
+
+/** What a node knows of its reachability: 'public' once a peer has dialed one of its public addresses back, 'private'
+ *  once a dial-back to its public address failed (behind NAT, no port forward), 'unknown' before either (or with nothing
+ *  to test: a node listening on loopback only, or that no public peer has told its public IP). */
+export const REACHABILITY = ['public', 'private', 'unknown'] as const
+export type Reachability = typeof REACHABILITY[number]
+
+export interface ReachabilityStatus {
+  reachability: Reachability
+  /** Our public addresses that a peer has dialed back (confirmed by AutoNAT), without our peer id. */
+  publicAddrs: string[]
+}
+
+/** AutoNAT v2's dial-request protocol (autonat-v2's default prefix): a request to be dialed back, either way. */
+export const AUTONAT_DIAL_REQUEST_PROTOCOL = '/libp2p/autonat/2/dial-request'
+
+/** Dial-backs a node makes at once as an AutoNAT server; requests beyond are refused until one ends. */
+export const MAX_CONCURRENT_DIAL_BACKS = 8
+
+/** autonat-v2's options. Its defaults stand: 30 s for a request and its dial-back; 2 requests at once per connection. */
+const AUTONAT_OPTIONS = { timeout: 30_000, maxInboundStreams: 2 }
+
+/** The autonat-v2 client's logger, and its trace line for one failed dial-back (@libp2p/autonat-v2 2.0.15, client.js). */
+const CLIENT_LOGGER = 'libp2p:auto-nat-v2:client'
+const DIAL_BACK_FAILED = '%p could not dial %a'
+
+const UNKNOWN: ReachabilityStatus = { reachability: 'unknown', publicAddrs: [] }
+
+/**
+ * A host's AutoNAT service and what it learned. `autonat(autoNATv2)` is the service to give libp2p; `publicIp` is
+ * told our public IP; `status()` answers what the node knows now.
+ */
+export class ReachabilityMonitor {
+  readonly #log: Logger
+  #addressManager: AutoNATv2Components['addressManager'] | null = null
+  /** Our addresses a dial-back failed to. */
+  readonly #failed = new Set<string>()
+  /** The IP mappings added: `<internal ip>:<port>` → the public IP. */
+  readonly #mapped = new Map<string, string>()
+  #dialBacks = 0
+  #last: Reachability = 'unknown'
+
+  constructor (deps: { log: Logger }) {
+    this.#log = deps.log
+  }
+
+  /** autonat-v2's service, seeing the host's components through the views described at the top of this file. */
+  autonat (factory: typeof autoNATv2): (components: AutoNATv2Components) => unknown {
+    return (components) => {
+      const { addressManager, connectionManager, logger } = components
+      this.#addressManager = addressManager
+      const views: Partial<AutoNATv2Components> = {
+        addressManager: withMethods(addressManager, {
+          getAddressesWithMetadata: () => addressManager.getAddressesWithMetadata().filter(address => !isCircuit(address.multiaddr)),
+          confirmObservedAddr: (addr, options) => { addressManager.confirmObservedAddr(addr, options); this.#changed() },
+          removeObservedAddr: (addr) => { addressManager.removeObservedAddr(addr); this.#changed() }
+        }),
+        connectionManager: withMethods(connectionManager, {
+          isDialable: async (addrs, options) => this.#dialBacks < MAX_CONCURRENT_DIAL_BACKS && await connectionManager.isDialable(addrs, options),
+          // the server dials back with `force` (a new connection even though one is open); nothing else here does
+          openConnection: async (peer, options) => {
+            if (options?.force !== true) return await connectionManager.openConnection(peer, options)
+            this.#dialBacks++
+            try {
+              return await connectionManager.openConnection(peer, options)
+            } finally {
+              this.#dialBacks--
+            }
+          }
+        }),
+        logger: { forComponent: (name) => name === CLIENT_LOGGER ? this.#tap(logger.forComponent(name)) : logger.forComponent(name) }
+      }
+      // libp2p's components object throws on a missing key, so it cannot be spread: autonat-v2 gets a view of it.
+      return factory(AUTONAT_OPTIONS)(new Proxy(components, {
+        get: (target, key) => Object.hasOwn(views, key) ? views[key as keyof AutoNATv2Components] : Reflect.get(target, key)
+      }))
+    }
+  }
+
+  /**
+   * A public peer saw us at this IPv4 address: each private TCP listen address may be forwarded there at its own port,
+   * an IP mapping that AutoNAT then tests. Told at every identify with a public peer: idempotent, and it maps the
+   * listeners added since (the LAN one) and follows a new public IP.
+   */
+  publicIp (ip: string): void {
+    const addressManager = this.#addressManager
+    if (addressManager == null) return
+    for (const { multiaddr: ma, type } of addressManager.getAddressesWithMetadata()) {
+      const [host, port, ...rest] = ma.getComponents()
+      if (type !== 'transport' || host?.name !== 'ip4' || port?.name !== 'tcp' || rest.length > 0 || !isPrivate(ma) || isLoopback(ma)) continue
+      const internal = `${host.value}:${port.value}`
+      const previous = this.#mapped.get(internal)
+      if (previous === ip || host.value == null) continue
+      if (previous != null) addressManager.removePublicAddressMapping(host.value, Number(port.value), previous, Number(port.value), 'tcp')
+      addressManager.addPublicAddressMapping(host.value, Number(port.value), ip, Number(port.value), 'tcp')
+      this.#mapped.set(internal, ip)
+    }
+  }
+
+  status (): ReachabilityStatus {
+    const addressManager = this.#addressManager
+    if (addressManager == null) return UNKNOWN
+    // our direct public addresses, as learned (announced ones are configured, not learned)
+    const direct = addressManager.getAddressesWithMetadata().filter(({ multiaddr: ma, type }) =>
+      type !== 'announce' && !isCircuit(ma) && isNetworkAddress(ma) && !isPrivate(ma))
+    const publicAddrs = [...new Set(direct.filter(address => address.verified).map(address => address.multiaddr.toString()))]
+    if (publicAddrs.length > 0) return { reachability: 'public', publicAddrs }
+    if (direct.some(address => this.#failed.has(address.multiaddr.toString()))) return { reachability: 'private', publicAddrs: [] }
+    return UNKNOWN
+  }
+
+  /** The client's logger, telling us each failed dial-back too. */
+  #tap (log: Libp2pLogger): Libp2pLogger {
+    return withMethods(log, {
+      trace: (formatter: unknown, ...args: unknown[]) => {
+        log.trace(formatter, ...args)
+        if (formatter !== DIAL_BACK_FAILED) return
+        this.#failed.add(String(args[1]))   // (peer, our address)
+        this.#changed()
+      }
+    })
+  }
+
+  #changed (): void {
+    const status = this.status()
+    if (status.reachability === this.#last) return
+    this.#last = status.reachability
+    this.#log.info(status, 'reachability changed')
+  }
+}
