@@ -61,8 +61,6 @@ const AUTONAT_OPTIONS = { timeout: 30_000, maxInboundStreams: 2 }
 const CLIENT_LOGGER = 'libp2p:auto-nat-v2:client'
 const DIAL_BACK_FAILED = '%p could not dial %a'
 
-const UNKNOWN: ReachabilityStatus = { reachability: 'unknown', publicAddrs: [] }
-
 /**
  * A host's AutoNAT service and what it learned. `autonat(autoNATv2)` is the service to give libp2p; `publicIp` is
  * told our public IP; `status()` answers what the node knows now.
@@ -136,14 +134,14 @@ export class ReachabilityMonitor {
 
   status (): ReachabilityStatus {
     const addressManager = this.#addressManager
-    if (addressManager == null) return UNKNOWN
+    if (addressManager == null) return { reachability: 'unknown', publicAddrs: [] }
     // our direct public addresses, as learned (announced ones are configured, not learned)
     const direct = addressManager.getAddressesWithMetadata().filter(({ multiaddr: ma, type }) =>
       type !== 'announce' && !isCircuit(ma) && isNetworkAddress(ma) && !isPrivate(ma))
     const publicAddrs = [...new Set(direct.filter(address => address.verified).map(address => address.multiaddr.toString()))]
     if (publicAddrs.length > 0) return { reachability: 'public', publicAddrs }
     if (direct.some(address => this.#failed.has(address.multiaddr.toString()))) return { reachability: 'private', publicAddrs: [] }
-    return UNKNOWN
+    return { reachability: 'unknown', publicAddrs: [] }
   }
 
   /** The client's logger, telling us each failed dial-back too. */
