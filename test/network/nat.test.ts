@@ -92,7 +92,7 @@ function count (text: string, needle: string): number {
 
 const skipReason = whyNatUnavailable()
 
-test('NAT: two nodes behind NAT routers meet through the relay, DCUtR punches a direct connection, and a chat is answered over it',
+test('NAT: two nodes behind NAT routers meet through the relay, DCUtR punches a direct connection, and a chat is answered over it; AutoNAT: a node with a public address learns public, the NATed ones private, and no relay connection is cut',
   { skip: skipReason == null ? false : `skipped: ${skipReason}` }, async (t) => {
     const net = await buildNattedNetwork(t, 2)
     // A fixed port: the namespace is ours alone. (With port 0 on a public address the relay cannot tell its port: libp2p
