@@ -40,19 +40,19 @@ const VERIFY_KEY_CACHE_SIZE = 4096
 const verifyKeys = new Map<string, KeyObject>()
 
 /**
- * The parsed key for `raw`, from the cache. Parsing a key (DER in, a KeyObject out) cost as much CPU as the
- * verification itself, and the same few hundred keys sign everything a node hears (profiled: 200 nodes, adverts).
+ * The parsed key for `raw` (`id`: its hex, as the caller has it), from the cache. Parsing a key (DER in, a KeyObject
+ * out) cost as much CPU as the verification itself, and the same few hundred keys sign everything a node hears
+ * (profiled: 200 nodes, adverts).
  */
-function verifyKey (raw: Uint8Array): KeyObject {
-  const hex = Buffer.from(raw).toString('hex')
-  let key = verifyKeys.get(hex)
+function verifyKey (id: string, raw: Uint8Array): KeyObject {
+  let key = verifyKeys.get(id)
   if (key != null) {
-    verifyKeys.delete(hex)   // re-inserted below: a Map iterates in insertion order, so the first entry is the least recently used
+    verifyKeys.delete(id)   // re-inserted below: a Map iterates in insertion order, so the first entry is the least recently used
   } else {
     key = publicKeyFromRaw(raw)   // throws for a string that is not a curve point: nothing cached
     if (verifyKeys.size >= VERIFY_KEY_CACHE_SIZE) verifyKeys.delete(verifyKeys.keys().next().value as string)
   }
-  verifyKeys.set(hex, key)
+  verifyKeys.set(id, key)
   return key
 }
 
@@ -61,7 +61,8 @@ export function verifySignature (publicKey: string | Uint8Array, data: Uint8Arra
   const raw = typeof publicKey === 'string' ? Buffer.from(publicKey, 'hex') : publicKey
   if (raw.length !== 32 || signature.length !== 64) return false
   try {
-    return verify(null, data, verifyKey(raw), signature)
+    // keyed by the hex a caller gave (a nodeID, usually) instead of encoding the key again for every check
+    return verify(null, data, verifyKey(typeof publicKey === 'string' ? publicKey : Buffer.from(raw).toString('hex'), raw), signature)
   } catch (err) {
     // A 32-byte string that is not a curve point: a forged key, which is simply not a valid signature.
     if (err instanceof Error) return false
