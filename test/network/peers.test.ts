@@ -44,17 +44,20 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
   const c = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 1000 }, config: servers })
   await Promise.all([waitForPeers(a, [b.nodeID, c.nodeID]), waitForPeers(b, [a.nodeID, c.nodeID]), waitForPeers(c, [a.nodeID, b.nodeID])])
   const openai = openaiFor(a)
+  // A peer is listed once its record is in; its latency follows the first ping that gets through (a first one can
+  // go down with a duplicate connection the two nodes close). The best peer is read once both are measured: until
+  // then it is ranked without its latency, and may not be the one chosen after.
+  const listedWithLatencies = await waitFor(async () => {
+    const listed = await a.api.get('/v1/app/peers')
+    const peers = listed.body.peers as Array<{ latencyMs: unknown }>
+    return peers.length === 2 && peers.every(peer => typeof peer.latencyMs === 'number') ? listed : undefined
+  }, { what: 'both peers to have a measured latency' })
   // /v1/models names the best peer for each model: the one requests go to first.
   const bestOwner = (await openai.models.list()).data[0]?.owned_by
   const [first, second] = bestOwner === `peer:${b.nodeID}` ? [b, c] : [c, b]
 
   await t.test('GET /v1/app/peers, the snapshot counts and /v1/models list the peers and their models', async () => {
-    // A peer is listed once its record is in; its latency follows the first ping that gets through (a first one can
-    // go down with a duplicate connection the two nodes close).
-    const res = await waitFor(async () => {
-      const listed = await a.api.get('/v1/app/peers')
-      return (listed.body.peers as Array<{ latencyMs: unknown }>).every(peer => typeof peer.latencyMs === 'number') ? listed : undefined
-    }, { what: 'both peers to have a measured latency' })
+    const res = listedWithLatencies
     assert.equal(res.status, 200)
     const peers = res.body.peers as Array<Record<string, any>> // eslint-disable-line @typescript-eslint/no-explicit-any
     assert.deepEqual(peers.map(p => p.nodeID).sort(), [b.nodeID, c.nodeID].sort())
