@@ -98,8 +98,8 @@ export class ConnectionPolicy {
     try {
       connection.abort(new Error(`closed: ${why}`))
     } catch (err) {
-      // yamux's goodbye throws when the socket under it closed meanwhile: the connection is gone either way, and a
-      // throw here, inside libp2p's 'connection:open' dispatch, would end the process.
+      // The connection is gone either way, and a throw here, inside libp2p's 'connection:open' dispatch, would end the
+      // process (yamux's goodbye to a socket that closed meanwhile no longer throws: see yamux.ts).
       this.#log.debug({ err, peer: connection.remotePeer.toString() }, 'closing a connection that was already closing')
     }
   }

@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto'
 import { noise } from '@chainsafe/libp2p-noise'
-import { yamux } from '@chainsafe/libp2p-yamux'
 import { autoNATv2 } from '@libp2p/autonat-v2'
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
 import { gossipsub, type GossipSub } from '@libp2p/gossipsub'
@@ -16,6 +15,7 @@ import { HolePunch } from './hole-punch.ts'
 import { lanPresence, type LanPresence, type LanPresenceOptions } from './lan-presence.ts'
 import { DEFAULT_LISTEN, privateKeyFromIdentity } from './peer-ids.ts'
 import { ReachabilityMonitor } from './reachability.ts'
+import { yamux } from './yamux.ts'
 
 // The helpers that need no transports live in peer-ids.ts; they are re-exported here for callers that build hosts.
 export { DEFAULT_LISTEN, privateKeyFromIdentity, peerIdFromIdentity, peerIdToNodeID, nodeIDToPeerId, openStream, handleProtocol } from './peer-ids.ts'

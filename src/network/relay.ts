@@ -1,6 +1,5 @@
 import { isIP } from 'node:net'
 import { noise } from '@chainsafe/libp2p-noise'
-import { yamux } from '@chainsafe/libp2p-yamux'
 import { autoNATv2 } from '@libp2p/autonat-v2'
 import { circuitRelayServer, type CircuitRelayService } from '@libp2p/circuit-relay-v2'
 import { identify, type Identify } from '@libp2p/identify'
@@ -17,6 +16,7 @@ import { RelayDirectory, handleDirectory } from './directory.ts'
 import { CONNECTION_PING_INTERVAL_MS } from './libp2p-node.ts'
 import { peerIdToNodeID, privateKeyFromIdentity } from './peer-ids.ts'
 import { ReachabilityMonitor } from './reachability.ts'
+import { yamux } from './yamux.ts'
 
 /**
  * Limits on each relayed connection. libp2p's defaults (128 KiB, 2 min) exist for hole punching only and would cut a
