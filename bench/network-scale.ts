@@ -17,6 +17,9 @@ const NODES_PER_WORKER = Number(process.env.BENCH_NODES_PER_WORKER ?? 25)
 /** Nodes each worker starts at once. One: 200 nodes starting 40 at a time on 2 cores (8 workers × 5) overloaded the
  *  machine into timeouts, reconnections and re-published adverts that kept it overloaded: a start no real network has. */
 const START_BATCH = Number(process.env.BENCH_START_BATCH ?? 1)
+/** One node started every this many ms across the cluster (0: each worker starts its next as soon as the last is up).
+ *  On 2 cores, 200 nodes started back to back never settle (bench/README.md); paced, the start costs what one join does. */
+const START_EVERY_MS = Number(process.env.BENCH_START_EVERY_MS ?? 0)
 /** How long to wait for every node to know every other one before measuring anyway. */
 const JOIN_MS = Number(process.env.BENCH_JOIN_S ?? 600) * 1000
 
@@ -30,11 +33,12 @@ const DESIGNS: Record<string, PeerNetworkOptions> = {
   'full-mesh': { ...COMMON, maxConnections: 100_000, targetPeers: 100_000 }
 }
 
-/** Bytes written and write calls of this process: the relay's sockets (and a few IPC messages). */
-function ownIo (): { bytes: number, writes: number } {
+/** Bytes written and write calls of this process: the relay's sockets (and a few IPC messages); and its CPU time in ms. */
+function ownIo (): { bytes: number, writes: number, cpuMs: number } {
   const text = readFileSync('/proc/self/io', 'utf8')
   const field = (name: string): number => Number(new RegExp(`^${name}: (\\d+)`, 'm').exec(text)?.[1] ?? 0)
-  return { bytes: field('wchar'), writes: field('syscw') }
+  const cpu = process.cpuUsage()
+  return { bytes: field('wchar'), writes: field('syscw'), cpuMs: (cpu.user + cpu.system) / 1000 }
 }
 
 async function until (check: () => Promise<boolean>, timeoutMs: number, intervalMs = 100): Promise<number | null> {
@@ -54,7 +58,8 @@ async function run (n: number, design: string): Promise<Record<string, unknown>>
   let cluster: LightCluster | null = null
   try {
     const started = performance.now()
-    cluster = await LightCluster.start({ relayUrls: [relay.url], nodes: n, workers: Math.ceil(n / NODES_PER_WORKER), batch: START_BATCH, network: DESIGNS[design] })
+    cluster = await LightCluster.start({ relayUrls: [relay.url], nodes: n, workers: Math.ceil(n / NODES_PER_WORKER), batch: START_BATCH, startEveryMs: START_EVERY_MS > 0 ? START_EVERY_MS : undefined, network: DESIGNS[design] })
+    const allStarted = performance.now()
     const nodes = cluster
     let stats: NodeStats[] = []
     const joinedMs = await until(async () => {
@@ -62,8 +67,9 @@ async function run (n: number, design: string): Promise<Record<string, unknown>>
       return stats.every(node => node.knownPeers >= n - 1)
     }, JOIN_MS, 500)
     const setupS = (performance.now() - started) / 1000
-    // Let the last re-syncs and gossip settle: at least 10 s, and 90 s from the start.
-    await delay(Math.max(10_000, 90_000 - (performance.now() - started)))
+    const startS = (allStarted - started) / 1000
+    // Let the last re-syncs and gossip settle: at least 10 s, and 90 s from the last node's start.
+    await delay(Math.max(10_000, 90_000 - (performance.now() - allStarted)))
     const load = loadavg()[0]
     const [before, relayBefore] = [await nodes.io(), ownIo()]
     await delay(IDLE_MS)
@@ -91,12 +97,17 @@ async function run (n: number, design: string): Promise<Record<string, unknown>>
       design,
       n,
       loadAverage1m: round(load, 2),
+      startS: Math.round(startS),
       setupS: Math.round(setupS),
       allKnownAfterS: joinedMs == null ? null : Math.round(joinedMs / 1000),
+      // Before the idle window: how many nodes knew every other one, and how many others a node knew on average.
+      knowingAll: stats.filter(node => node.knownPeers >= n - 1).length,
+      knownPeersMean: round(mean(stats.map(node => node.knownPeers))),
       connectionsPerNode: { mean: round(mean(conns)), max: Math.max(...conns), highestSampled: Math.max(...final.map(node => node.highestConnections)) },
       idlePerNodePerMinute: {
         kB: round(perNodeMinute(after.bytes - before.bytes, n) / 1024),
-        writes: Math.round(perNodeMinute(after.writes - before.writes, n))
+        writes: Math.round(perNodeMinute(after.writes - before.writes, n)),
+        cpuMs: Math.round(perNodeMinute(after.cpuMs - before.cpuMs, n))
       },
       advertTo95PercentMs: advertMs == null ? null : Math.round(advertMs),
       placeRequestMs: Math.round(askMs),
@@ -105,7 +116,8 @@ async function run (n: number, design: string): Promise<Record<string, unknown>>
       relay: {
         connections: relay.connections(),
         directory: relay.directory.size,
-        idleKBPerMinute: round(perNodeMinute(relayAfter.bytes - relayBefore.bytes, 1) / 1024)
+        idleKBPerMinute: round(perNodeMinute(relayAfter.bytes - relayBefore.bytes, 1) / 1024),
+        idleCpuMsPerMinute: Math.round(perNodeMinute(relayAfter.cpuMs - relayBefore.cpuMs, 1))
       }
     }
   } finally {

@@ -16,6 +16,9 @@ export interface LightClusterOptions {
   network?: PeerNetworkOptions
   /** Nodes each worker starts at once. @default 5 */
   batch?: number
+  /** Start one batch every this many ms across the whole cluster (the workers take turns), instead of each worker
+   *  starting its next batch as soon as the last one is up. */
+  startEveryMs?: number
 }
 
 class Worker {
@@ -78,7 +81,14 @@ export class LightCluster {
     try {
       const shares = cluster.#workers.map((_, i) => Math.floor(options.nodes / count) + (i < options.nodes % count ? 1 : 0))
       const started = await Promise.all(cluster.#workers.map(async (worker, i) =>
-        await worker.call<string[]>({ op: 'start', count: shares[i], relayUrls: options.relayUrls, network: options.network ?? {}, batch: options.batch ?? 5 })))
+        await worker.call<string[]>({
+          op: 'start',
+          count: shares[i],
+          relayUrls: options.relayUrls,
+          network: options.network ?? {},
+          batch: options.batch ?? 5,
+          pace: options.startEveryMs == null ? undefined : { firstMs: i * options.startEveryMs, everyMs: count * options.startEveryMs }
+        })))
       started.forEach((nodeIDs, i) => {
         nodeIDs.forEach((nodeID, local) => {
           cluster.nodeIDs.push(nodeID)
@@ -119,10 +129,10 @@ export class LightCluster {
     return await worker.call({ op: 'connectedTo', index: local, nodeID })
   }
 
-  /** Bytes written and write calls of all the workers together. */
-  async io (): Promise<{ bytes: number, writes: number }> {
-    const all = await Promise.all(this.#workers.map(async worker => await worker.call<{ bytes: number, writes: number }>({ op: 'io' })))
-    return all.reduce((sum, one) => ({ bytes: sum.bytes + one.bytes, writes: sum.writes + one.writes }), { bytes: 0, writes: 0 })
+  /** Bytes written, write calls and CPU time (ms) of all the workers together. */
+  async io (): Promise<{ bytes: number, writes: number, cpuMs: number }> {
+    const all = await Promise.all(this.#workers.map(async worker => await worker.call<{ bytes: number, writes: number, cpuMs: number }>({ op: 'io' })))
+    return all.reduce((sum, one) => ({ bytes: sum.bytes + one.bytes, writes: sum.writes + one.writes, cpuMs: sum.cpuMs + one.cpuMs }), { bytes: 0, writes: 0, cpuMs: 0 })
   }
 
   /** Stops every node, then the workers. */

@@ -1,13 +1,14 @@
 // A child process hosting some of a `LightCluster`'s network-layer nodes (test/support/light-cluster.ts), driven by
 // IPC: many nodes in one process share one core, so a cluster of 100 spreads them over several processes.
 import { readFileSync } from 'node:fs'
+import { setTimeout as delay } from 'node:timers/promises'
 import type { PeerNetworkOptions } from '../../src/network/index.ts'
 import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
 import { startLightNode, type LightNode } from './light-network.ts'
 
 /** Commands and their answers (see `LightCluster`). */
 export type WorkerRequest =
-  | { op: 'start', count: number, relayUrls: string[], network: PeerNetworkOptions, batch: number }
+  | { op: 'start', count: number, relayUrls: string[], network: PeerNetworkOptions, batch: number, pace?: { firstMs: number, everyMs: number } }
   | { op: 'stats', modelID?: string }
   | { op: 'serve', index: number, modelID: string | null }
   | { op: 'ask', index: number, modelID: string, content: string }
@@ -46,18 +47,22 @@ function sample (): void {
   nodes.forEach((node, i) => { highest[i] = Math.max(highest[i] ?? 0, openConnections(node)) })
 }
 
-/** Bytes written and write calls of this process (its nodes' sockets and the IPC answers). */
-function io (): { bytes: number, writes: number } {
+/** Bytes written and write calls of this process (its nodes' sockets and the IPC answers), and its CPU time in ms. */
+function io (): { bytes: number, writes: number, cpuMs: number } {
   const text = readFileSync('/proc/self/io', 'utf8')
   const field = (name: string): number => Number(new RegExp(`^${name}: (\\d+)`, 'm').exec(text)?.[1] ?? 0)
-  return { bytes: field('wchar'), writes: field('syscw') }
+  const cpu = process.cpuUsage()
+  return { bytes: field('wchar'), writes: field('syscw'), cpuMs: (cpu.user + cpu.system) / 1000 }
 }
 
 async function handle (request: WorkerRequest): Promise<unknown> {
   switch (request.op) {
     case 'start': {
       sampler ??= setInterval(sample, SAMPLE_MS)
+      const begun = performance.now()
       for (let i = 0; i < request.count; i += request.batch) {
+        // Paced: batch k starts no sooner than firstMs + k × everyMs after the request came.
+        if (request.pace != null) await delay(Math.max(0, begun + request.pace.firstMs + (i / request.batch) * request.pace.everyMs - performance.now()))
         const started = await Promise.all(Array.from({ length: Math.min(request.batch, request.count - i) }, async () =>
           await startLightNode({ relayUrls: request.relayUrls, network: request.network })))
         nodes.push(...started)
