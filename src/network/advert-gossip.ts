@@ -36,7 +36,16 @@ export interface AdvertGossipOptions {
    * first adverts may reach only the few nodes connected by then. @default 30_000
    */
   resyncMs?: number
+  /** After those, a random peer is asked every this often for what changed since: the repair of any advert gossip did
+   *  not bring (a node publishes once when it joins, not again for each new peer). @default DEFAULT_ADVERT_PULL_MS */
+  pullMs?: number
 }
+
+/** How often a node asks a random peer for the adverts that changed there lately, once its join is over. */
+export const DEFAULT_ADVERT_PULL_MS = 2 * 60_000
+/** A windowed sync asks for what changed since the last sync began, twice over (the two peers' views differ by the
+ *  time an advert takes to spread), and at least this much. */
+const MIN_PULL_WINDOW_MS = 10_000
 
 /**
  * Spreads this node's advert by gossip (libp2p gossipsub): published when its record changes in anything but the load,
@@ -60,6 +69,9 @@ export class AdvertGossip {
   /** Peers that came online since WAN was (re)started. */
   #online = 0
   readonly #resyncMs: number
+  readonly #pullMs: number
+  /** When the last sync that succeeded began (null: none yet since WAN was (re)started, so the next asks for all). */
+  #lastSyncAt: number | null = null
   #resync: NodeJS.Timeout | null = null
   /** Resyncs scheduled since WAN was (re)started. */
   #resyncs = 0
@@ -70,6 +82,7 @@ export class AdvertGossip {
     this.#debounceMs = options.debounceMs ?? 500
     this.#syncPeers = options.syncPeers ?? 2
     this.#resyncMs = options.resyncMs ?? 30_000
+    this.#pullMs = options.pullMs ?? DEFAULT_ADVERT_PULL_MS
   }
 
   start (host: PeerHost): void {
@@ -102,6 +115,7 @@ export class AdvertGossip {
     this.#synced = 0
     this.#online = 0
     this.#resyncs = 0
+    this.#lastSyncAt = null
     if (this.#resync != null) clearTimeout(this.#resync)
     this.#resync = null
     this.#deps.book.clear()
@@ -125,8 +139,10 @@ export class AdvertGossip {
   /**
    * A peer came online: asked for its adverts while fewer than `syncPeers` have answered. This node's advert is
    * published again when the last one reached nobody, and at its 1st, 2nd, 4th, 8th... peer: a node's first publish
-   * may reach only the few nodes connected by then, but each publish is a new message that floods the whole network,
-   * so not on every new peer (a node meets its first peers all at once when it starts).
+   * may reach only the few nodes connected by then (a first peer whose own gossipsub mesh is not formed yet forwards it
+   * to nobody), but each publish is a new message that floods the whole network, so not on every new peer (a node
+   * meets its first peers all at once when it starts). Publishing only while unheard, with the pulls below to repair
+   * what it missed, left 100 nodes starting together short of knowing each other after 5 minutes (2026-11-23).
    */
   peerOnline (nodeID: string): void {
     this.#online++
@@ -135,9 +151,14 @@ export class AdvertGossip {
     this.#sync(nodeID)
   }
 
-  #sync (nodeID: string): void {
+  /** Asks `nodeID` for its adverts: all of them (`pull` false: at join and in the resyncs after it, when this node may
+   *  lack adverts from before any window), or what changed since the last sync began (see MIN_PULL_WINDOW_MS). */
+  #sync (nodeID: string, pull = false): void {
     this.#syncing.add(nodeID)
-    syncAdverts(this.#deps.peers, nodeID, { signal: AbortSignal.timeout(30_000), book: this.#deps.book }).then(({ adverts, rejected }) => {
+    const startedAt = Date.now()
+    const changedWithinMs = !pull || this.#lastSyncAt == null ? undefined : Math.max(MIN_PULL_WINDOW_MS, 2 * (startedAt - this.#lastSyncAt))
+    syncAdverts(this.#deps.peers, nodeID, { signal: AbortSignal.timeout(30_000), book: this.#deps.book, changedWithinMs }).then(({ adverts, rejected }) => {
+      this.#lastSyncAt = Math.max(this.#lastSyncAt ?? startedAt, startedAt)
       if (this.#synced++ === 0) this.#scheduleResync()
       let kept = 0
       for (const { advert, opened } of adverts) if (this.#deps.book.offer(advert, opened) === 'kept') kept++
@@ -147,16 +168,19 @@ export class AdvertGossip {
     }).finally(() => { this.#syncing.delete(nodeID) })
   }
 
-  /** Asks one connected peer, picked at random, again: `resyncMs` from now, then each time after twice as long. */
+  /** Asks one connected peer, picked at random, again: `resyncMs` from now, then each time after twice as long, four
+   *  times in all; then every `pullMs`. */
   #scheduleResync (): void {
-    if (this.#host == null || this.#resync != null || this.#resyncs >= RESYNC_ROUNDS) return
+    if (this.#host == null || this.#resync != null) return
+    const pull = this.#resyncs >= RESYNC_ROUNDS
+    const inMs = pull ? this.#pullMs : this.#resyncMs * 2 ** this.#resyncs++
     this.#resync = setTimeout(() => {
       this.#resync = null
       const peers = this.#deps.connected().filter(nodeID => !this.#syncing.has(nodeID))
       if (this.#host == null) return
-      if (peers.length > 0) this.#sync(peers[Math.floor(Math.random() * peers.length)])
+      if (peers.length > 0) this.#sync(peers[Math.floor(Math.random() * peers.length)], pull)
       this.#scheduleResync()
-    }, this.#resyncMs * 2 ** this.#resyncs++)
+    }, inMs)
     this.#resync.unref()
   }
 

@@ -31,7 +31,9 @@ export const MAX_ADVERTS = 100_000
 export const Advert = z.object({ record: SignedEnvelope, presence: SignedEnvelope })
 export type Advert = z.infer<typeof Advert>
 
-const SyncRequest = z.object({ type: z.literal('list') })
+/** A sync asks for every advert held, or (`changedWithinMs`) for those that changed here within that many ms: the answering
+ *  node's own clock, so no clocks need agree. A node before this field ignores it and answers with every advert. */
+const SyncRequest = z.object({ type: z.literal('list'), changedWithinMs: z.number().int().positive().max(DEFAULT_ADVERT_TTL_MS).optional() })
 const SyncAnswer = z.object({ adverts: z.array(Advert).max(MAX_SYNC_ADVERTS) })
 
 /** An advert checked: both parts signed by the node they name. A presence without addresses says the node left. */
@@ -65,6 +67,9 @@ export interface AdvertEntry {
   readonly signedAt: number
   /** Unix ms this node heard it. */
   readonly heardAt: number
+  /** Unix ms this node first heard this version of the record at these addresses: a renewal alone (a later presence,
+   *  nothing else new) keeps it. What a windowed sync (`changedWithinMs`) asks for. */
+  readonly changedAt: number
 }
 
 export interface AdvertBookEvents {
@@ -108,7 +113,8 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
       this.forget(nodeID)
       return 'left'
     }
-    const entry: AdvertEntry = { nodeID, advert, record, addrs: presence.addrs, signedAt: presence.timestamp, heardAt: now }
+    const renewal = held != null && held.record.version === record.version && sameAddrs(held.addrs, presence.addrs)
+    const entry: AdvertEntry = { nodeID, advert, record, addrs: presence.addrs, signedAt: presence.timestamp, heardAt: now, changedAt: renewal ? held.changedAt : now }
     this.#entries.delete(nodeID)   // re-inserted last: the map's order is the order of renewal
     this.#entries.set(nodeID, entry)
     if (this.#entries.size > MAX_ADVERTS) {
@@ -160,13 +166,21 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
   }
 }
 
-/** The sync protocol's serving side: the adverts held (and this node's own), most recently renewed first, that fit. */
+function sameAddrs (a: string[], b: string[]): boolean {
+  return a.length === b.length && a.every((addr, i) => addr === b[i])
+}
+
+/** The sync protocol's serving side: this node's own advert, and the adverts held (all, or those changed within the
+ *  asked window), most recently renewed first, that fit. */
 export function createAdvertsSyncHandler (deps: { book: AdvertBook, own: () => Advert }): PeerStreamHandler {
   return async (stream) => {
-    await serveRequest(stream, SyncRequest, () => {
+    await serveRequest(stream, SyncRequest, (request) => {
       const adverts: Advert[] = [deps.own()]
       let bytes = JSON.stringify(adverts[0]).length + 64
-      for (const entry of deps.book.list()) {
+      const now = Date.now()
+      const since = request.changedWithinMs == null ? -Infinity : now - request.changedWithinMs
+      for (const entry of deps.book.list(now)) {
+        if (entry.changedAt < since) continue
         const size = JSON.stringify(entry.advert).length + 1
         if (bytes + size > MAX_SYNC_ANSWER_BYTES || adverts.length >= MAX_SYNC_ADVERTS) break
         adverts.push(entry.advert)
@@ -178,11 +192,12 @@ export function createAdvertsSyncHandler (deps: { book: AdvertBook, own: () => A
 }
 
 /**
- * Asks a peer for the adverts it holds; each is checked here (one that does not verify is dropped and counted), except
- * those `book` holds already, which are left out.
+ * Asks a peer for the adverts it holds (all, or those that changed there within `changedWithinMs`); each is checked
+ * here (one that does not verify is dropped and counted), except those `book` holds already, which are left out.
  */
-export async function syncAdverts (peers: PeerStreams, nodeID: string, options: { signal?: AbortSignal, book?: AdvertBook } = {}): Promise<{ adverts: Array<{ advert: Advert, opened: OpenedAdvert }>, rejected: number }> {
-  const answer = await requestPeer(peers, nodeID, ADVERTS_SYNC_PROTOCOL, { type: 'list' }, SyncAnswer, {
+export async function syncAdverts (peers: PeerStreams, nodeID: string, options: { signal?: AbortSignal, book?: AdvertBook, changedWithinMs?: number } = {}): Promise<{ adverts: Array<{ advert: Advert, opened: OpenedAdvert }>, rejected: number }> {
+  const request = options.changedWithinMs == null ? { type: 'list' } : { type: 'list', changedWithinMs: Math.min(Math.ceil(options.changedWithinMs), DEFAULT_ADVERT_TTL_MS) }
+  const answer = await requestPeer(peers, nodeID, ADVERTS_SYNC_PROTOCOL, request, SyncAnswer, {
     signal: options.signal, timeoutMs: ADVERTS_SYNC_TIMEOUT_MS, maxRequestBytes: 1024, maxAnswerBytes: MAX_SYNC_ANSWER_BYTES
   })
   const adverts: Array<{ advert: Advert, opened: OpenedAdvert }> = []

@@ -6,8 +6,8 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { streamPair } from '@libp2p/utils'
 import { z } from 'zod'
-import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
-import { AdvertBook, openAdvert, signAdvert, syncAdverts, type Advert } from '../../src/network/adverts.ts'
+import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
+import { AdvertBook, createAdvertsSyncHandler, openAdvert, signAdvert, syncAdverts, type Advert } from '../../src/network/adverts.ts'
 import { signCapabilities } from '../../src/network/capabilities.ts'
 import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
 import { openFrames, readMessage, writeMessage, type PeerStreams } from '../../src/wire/index.ts'
@@ -15,9 +15,21 @@ import { standInRecord } from '../support/stand-in.ts'
 
 const me = identityFromSeed(generateSeed())
 
-function advertOf (name: string): Advert {
-  const identity = identityFromSeed(generateSeed())
-  return signAdvert(identity, signCapabilities(identity, standInRecord(identity, { name })), [`/ip4/127.0.0.1/tcp/4001/p2p/${nodeIDToPeerId(identity.nodeID).toString()}`])
+function advertOf (name: string, identity: NodeIdentity = identityFromSeed(generateSeed()), version = 1): Advert {
+  return signAdvert(identity, signCapabilities(identity, standInRecord(identity, { name, version })), [`/ip4/127.0.0.1/tcp/4001/p2p/${nodeIDToPeerId(identity.nodeID).toString()}`])
+}
+
+/** A peer that answers syncs as a node holding `book` does (the real handler). */
+function peerServing (book: AdvertBook, own: Advert): PeerStreams {
+  const handler = createAdvertsSyncHandler({ book, own: () => own })
+  return {
+    open: async (_nodeID, protocol) => {
+      const [asker, server] = await streamPair({ protocol })
+      handler(server, { nodeID: own.record.signer, connection: undefined as never }).catch(() => undefined)
+      return asker
+    },
+    reportMisbehaviour: async () => {}
+  }
 }
 
 /** A peer that answers every sync with `adverts`, as they are (forged ones included). */
@@ -75,4 +87,34 @@ test('adverts: an advert past its lifetime is not held, even byte for byte', () 
   assert.equal(book.offer(advert, opened), 'kept')
   assert.equal(book.holds(advert, opened.presence.timestamp + 59_999), true)
   assert.equal(book.holds(advert, opened.presence.timestamp + 60_000), false)
+})
+
+test('adverts: a windowed sync answers what changed at the answering node within the window; a renewal alone is no change', async () => {
+  const book = new AdvertBook(me.nodeID)
+  const own = advertOf('answering node')
+  const oldIdentity = identityFromSeed(generateSeed())
+  const old = advertOf('heard long ago', oldIdentity)
+  const recent = advertOf('heard lately')
+  const now = Date.now()
+  assert.equal(book.offer(old, openAdvert(old), now - 10 * 60_000), 'kept')
+  assert.equal(book.offer(recent, openAdvert(recent), now - 5_000), 'kept')
+  const peer = peerServing(book, own)
+  const names = async (changedWithinMs?: number): Promise<string[]> =>
+    (await syncAdverts(peer, own.record.signer, { changedWithinMs })).adverts.map(({ opened }) => opened.record.name).sort()
+
+  assert.deepEqual(await names(), ['answering node', 'heard lately', 'heard long ago'], 'no window: every advert held')
+  assert.deepEqual(await names(60_000), ['answering node', 'heard lately'], 'its own advert, and what changed within the minute')
+
+  // The old node renews its advert (a later presence, the same record and addresses): heard now, changed long ago.
+  await new Promise(resolve => setTimeout(resolve, 2))
+  const renewed = advertOf('heard long ago', oldIdentity)
+  renewed.record = old.record
+  assert.equal(book.offer(renewed, openAdvert(renewed), now), 'kept')
+  assert.equal(book.get(oldIdentity.nodeID)?.changedAt, now - 10 * 60_000)
+  assert.deepEqual(await names(60_000), ['answering node', 'heard lately'])
+
+  // A new version of its record is a change.
+  const changed = advertOf('heard long ago, changed', oldIdentity, 2)
+  assert.equal(book.offer(changed, openAdvert(changed), now), 'kept')
+  assert.deepEqual(await names(60_000), ['answering node', 'heard lately', 'heard long ago, changed'])
 })
