@@ -37,7 +37,7 @@ export interface AdvertGossipOptions {
    */
   resyncMs?: number
   /** After those, a random peer is asked every this often for what changed since: the repair of any advert gossip did
-   *  not bring (a node publishes once when it joins, not again for each new peer). @default DEFAULT_ADVERT_PULL_MS */
+   *  not bring, sooner than the next refresh. @default DEFAULT_ADVERT_PULL_MS */
   pullMs?: number
 }
 
