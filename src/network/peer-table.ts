@@ -61,8 +61,8 @@ export interface PeerTableOptions {
   maxRetryMs?: number
 }
 
-/** First pings tried after the one at admission failed. */
-const PING_ATTEMPTS = 4
+/** First pings tried while a listed peer has no latency (backing off to `maxRetryMs`: a minute and a half at most, in all). */
+const PING_ATTEMPTS = 8
 
 interface Entry {
   nodeID: string
@@ -186,6 +186,10 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
     if (entry == null) {
       const added: Entry = { nodeID, type, record, ptnIDs, lastSeen: Date.now(), pingMs: null }
       this.#entries.set(nodeID, added)
+      // Its first latency: the fetch's own ping sets it before this timer fires; a peer that entered by a push (its
+      // fetch still under way, or failed) or whose first ping failed is pinged again, backing off.
+      const signal = this.#shutdown?.signal
+      if (signal != null) this.#pingAgain(nodeID, 1, signal)
       this.#deps.log.info({ nodeID, name: record.name, type, model: record.models.loaded }, 'peer online')
       this.#emitSafely('peer:online', this.#info(added))
       return
@@ -234,7 +238,6 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
       this.received(nodeID, record)
       const entry = this.#entries.get(nodeID)
       if (entry != null && pingMs != null) entry.pingMs = pingMs
-      if (entry != null && pingMs == null) this.#pingAgain(nodeID, 1, signal)
     } catch (err) {
       this.#fetching.delete(nodeID)
       if (signal.aborted) return
@@ -242,9 +245,9 @@ export class PeerTable extends EventEmitter<PeerTableEvents> {
     }
   }
 
-  /** A first ping that failed (its connection closed as a duplicate, a busy peer) is tried again, backing off, while
-   *  the peer is listed and its connections have no `rtt` yet: a listed peer gets a latency within seconds, not only
-   *  at the connection monitor's first ping. */
+  /** Pings a listed peer, backing off, until it has a latency (a ping answered, or an `rtt` on a connection): a first
+   *  ping can fail (its connection closed as a duplicate, a busy peer) or never run (the peer entered by a push while
+   *  its fetch failed), and a listed peer gets a latency within seconds, not only at the connection monitor's ping. */
   #pingAgain (nodeID: string, attempt: number, signal: AbortSignal): void {
     if (attempt > PING_ATTEMPTS) return
     const timer = setTimeout(() => {

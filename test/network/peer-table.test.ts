@@ -5,7 +5,7 @@ import { test } from 'node:test'
 import { multiaddr } from '@multiformats/multiaddr'
 import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
 import { handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from '../../src/network/libp2p-node.ts'
-import { startTestRelay, startWanNode } from '../support/network.ts'
+import { FAST_NETWORK, startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
 import { standInHost, standInRecord } from '../support/stand-in.ts'
 
@@ -55,4 +55,29 @@ test('a peer\'s record is fetched once, then only pushed; the node pushes its ow
 
   // Seconds have passed, with pings and pushes in both directions: the record was still fetched only once.
   assert.equal(fetches, 1, 'no periodic re-fetch')
+})
+
+test('a peer that enters the table by a push, its fetch unanswered, still gets a latency before the connection monitor pings', async (t) => {
+  const relay = await startTestRelay(t)
+  // The connection monitor pings every ten minutes: a latency within the test comes from the table's own first pings.
+  const node = await startWanNode(t, relay, { network: { ...FAST_NETWORK, pingIntervalMs: 600_000 } })
+  await waitFor(() => node.node.network.relayConnected, { what: 'WAN on at the node' })
+
+  // The peer never answers the node's fetch of its record (the stream stays open until the test ends): the fetch's
+  // ping goes down with it. The peer pushes its record instead, and that is how it enters the node's table.
+  const peer = await standInHost(t)
+  const { promise: ended, resolve: end } = Promise.withResolvers<void>()
+  t.after(() => { end() })
+  let fetches = 0
+  await handleProtocol(peer.host, CAPABILITIES_PROTOCOL, async () => { fetches++; await ended }, { maxInboundStreams: 4 })
+  const nodeAddrs = node.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a))
+  await peer.host.dial(nodeAddrs)
+  await waitFor(() => fetches > 0, { what: 'the node to ask for the peer\'s record' })
+  const stream = await openStream(peer.host, nodeIDToPeerId(node.nodeID), CAPABILITIES_PROTOCOL)
+  await pushCapabilities(stream, signCapabilities(peer.identity, standInRecord(peer.identity)))
+  await waitFor(() => node.node.network.isKnownPeer(peer.identity.nodeID), { what: 'the pushed peer in the node\'s table' })
+
+  await waitFor(() => typeof node.node.network.peer(peer.identity.nodeID)?.latencyMs === 'number', { what: 'the pushed peer to get a latency' })
+  const rtts = node.node.network.host.getConnections(nodeIDToPeerId(peer.identity.nodeID)).map((connection) => connection.rtt)
+  assert.ok(rtts.every((rtt) => rtt == null), 'measured by the table\'s ping, not the connection monitor')
 })
