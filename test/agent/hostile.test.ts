@@ -4,7 +4,6 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { test, type TestContext } from 'node:test'
-import { multiaddr } from '@multiformats/multiaddr'
 import { AGENT_PROTOCOL, AgentReplyFrame, openAgentMessage, signAgentMessage, type AgentMessage } from '../../src/agent/index.ts'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
 import type { CapabilityRecord } from '../../src/network/capabilities.ts'
@@ -13,7 +12,7 @@ import { nodeIDToPeerId, type PeerHost } from '../../src/network/libp2p-node.ts'
 import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 import { FAST_NETWORK, startTestRelay, wanSettings } from '../support/network.ts'
 import { waitFor, type TestNode } from '../support/node.ts'
-import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
+import { directAddrs, serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 interface Raw {
   identity: NodeIdentity
@@ -30,7 +29,7 @@ async function rawPeer (t: TestContext, options: { agent?: CapabilityRecord['age
 
 /** Dials the node directly; retried, as libp2p takes only a few new connections per second from one address. */
 async function connect (raw: Raw, node: TestNode): Promise<void> {
-  const addrs = node.node.network.addresses().filter(a => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map(a => multiaddr(a))
+  const addrs = directAddrs(node)
   await waitFor(async () => {
     try {
       await raw.host.dial(addrs, { signal: AbortSignal.timeout(5_000) })

@@ -1,7 +1,6 @@
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
-import { multiaddr } from '@multiformats/multiaddr'
 import OpenAI from 'openai'
 import type { NodeIdentity } from '../../src/identity/index.ts'
 import { CAPABILITIES_PROTOCOL, MAX_ADVERTISED_CERTIFICATES, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
@@ -10,7 +9,7 @@ import { INFER_PROTOCOL } from '../../src/network/infer.ts'
 import { handleProtocol, peerIdFromIdentity } from '../../src/network/libp2p-node.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings } from '../support/network.ts'
-import { standInHost, standInRecord, type StandIn } from '../support/stand-in.ts'
+import { directAddrs, standInHost, standInRecord, type StandIn } from '../support/stand-in.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 import { z } from 'zod'
 
@@ -21,10 +20,6 @@ type Hostile = StandIn
 /** A raw libp2p host with a node key of its own, speaking our protocols badly on purpose. */
 async function hostilePeer (t: TestContext): Promise<Hostile> {
   return await standInHost(t)
-}
-
-function directAddrs (node: TestNode): ReturnType<typeof multiaddr>[] {
-  return node.node.network.addresses().filter(a => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map(a => multiaddr(a))
 }
 
 /** Connects the hostile peer to the node; retried, because the node takes at most a few new connections per second

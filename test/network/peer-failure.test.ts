@@ -3,13 +3,12 @@
 // infer protocol's 1.0.0 (plain chats, as nodes before 1.1.0 do) exactly up to its first delta, then resets the stream.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { multiaddr } from '@multiformats/multiaddr'
 import { INFER_PROTOCOL_CHAT, InferRequest } from '../../src/network/infer.ts'
 import { readRequest, writeMessage } from '../../src/wire/index.ts'
 import { collectSse } from '../support/chat-node.ts'
 import { startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
-import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
+import { directAddrs, serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 const MODEL = 'stand-in-model'
 
@@ -27,7 +26,7 @@ test('a peer that fails after its first token: the client gets the token, then a
     await writeMessage(frames, { type: 'delta', text: 'Once' })
     stream.abort(new Error('the stand-in dies after its first token'))
   }, { runOnLimitedConnection: true })
-  await peer.host.dial(node.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a)))
+  await peer.host.dial(directAddrs(node))
   await waitFor(() => node.node.network.peer(peer.identity.nodeID)?.record.models.loaded === MODEL, { what: 'the peer in the table with its model' })
 
   const streamed = await fetch(`${node.node.url}/v1/chat/completions`, {

@@ -2,12 +2,11 @@
 // (a version number), never by a heartbeat of our own: a peer's record is fetched once, when it connects.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { multiaddr } from '@multiformats/multiaddr'
 import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
 import { handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from '../../src/network/libp2p-node.ts'
 import { FAST_NETWORK, startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
-import { standInHost, standInRecord } from '../support/stand-in.ts'
+import { directAddrs, standInHost, standInRecord } from '../support/stand-in.ts'
 
 test('a peer\'s record is fetched once, then only pushed; the node pushes its own when it changes; latency is the connection\'s rtt', async (t) => {
   const relay = await startTestRelay(t)
@@ -26,7 +25,7 @@ test('a peer\'s record is fetched once, then only pushed; the node pushes its ow
   await handleProtocol(peer.host, CAPABILITIES_PROTOCOL, async (stream, connection) => {
     await handler(stream, { nodeID: peerIdToNodeID(connection.remotePeer) })
   }, { maxInboundStreams: 4 })
-  const nodeAddrs = node.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a))
+  const nodeAddrs = directAddrs(node)
   await peer.host.dial(nodeAddrs)
   await waitFor(() => node.node.network.isKnownPeer(peer.identity.nodeID), { what: 'the peer in the node\'s table' })
   assert.equal(fetches, 1, 'fetched once, on connect')
@@ -70,7 +69,7 @@ test('a peer that enters the table by a push, its fetch unanswered, still gets a
   t.after(() => { end() })
   let fetches = 0
   await handleProtocol(peer.host, CAPABILITIES_PROTOCOL, async () => { fetches++; await ended }, { maxInboundStreams: 4 })
-  const nodeAddrs = node.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a))
+  const nodeAddrs = directAddrs(node)
   await peer.host.dial(nodeAddrs)
   await waitFor(() => fetches > 0, { what: 'the node to ask for the peer\'s record' })
   const stream = await openStream(peer.host, nodeIDToPeerId(node.nodeID), CAPABILITIES_PROTOCOL)

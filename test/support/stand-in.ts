@@ -1,16 +1,23 @@
 // A stand-in peer for protocol tests: a raw libp2p host with a node key of its own, answering record fetches like a
 // node does (so that a real node admits it to its peer table), and otherwise speaking only what a test makes it speak.
 import type { TestContext } from 'node:test'
+import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { pino } from 'pino'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
 import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
 import { createPeerHost, handleProtocol, peerIdToNodeID, type PeerHost } from '../../src/network/libp2p-node.ts'
+import type { TestNode } from './node.ts'
 
 const log = pino({ level: 'silent' })
 
 export interface StandIn {
   identity: NodeIdentity
   host: PeerHost
+}
+
+/** `node`'s own TCP addresses (no WebSocket, no relay circuit): what a stand-in on this machine dials to reach it directly. */
+export function directAddrs (node: TestNode): Multiaddr[] {
+  return node.node.network.addresses().filter(a => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map(a => multiaddr(a))
 }
 
 /** A raw host on loopback TCP, stopped in t.after. */

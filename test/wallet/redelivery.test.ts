@@ -2,7 +2,6 @@
 // and at no other time. Before, every heartbeat's record update sent it again (and rewrote its row) every 10 s.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { multiaddr } from '@multiformats/multiaddr'
 import { CAPABILITIES_PROTOCOL, pushCapabilities, signCapabilities } from '../../src/network/capabilities.ts'
 import { nodeIDToPeerId, openStream } from '../../src/network/libp2p-node.ts'
 import { TRANSFER_PROTOCOL } from '../../src/wallet/index.ts'
@@ -10,7 +9,7 @@ import { TransferRequest } from '../../src/wallet/transfer-protocol.ts'
 import { serveRequest } from '../../src/wire/index.ts'
 import { startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
-import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
+import { directAddrs, serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 test('a refused transfer is not sent again while the payee\'s record keeps changing; it is when the payee comes back online', async (t) => {
   const relay = await startTestRelay(t)
@@ -31,7 +30,7 @@ test('a refused transfer is not sent again while the payee\'s record keeps chang
       })
     }), { maxRequestBytes: 128 * 1024, timeoutMs: 5_000 })
   }, { runOnLimitedConnection: true })
-  const payerAddrs = payer.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a))
+  const payerAddrs = directAddrs(payer)
   await payee.host.dial(payerAddrs)
   await waitFor(() => payer.node.network.isKnownPeer(payee.identity.nodeID), { what: 'the payee in the payer\'s table' })
 

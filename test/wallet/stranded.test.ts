@@ -2,14 +2,13 @@
 // "unreachable: undefined"), listed by GET /v1/app/wallet/pending, and delivered when the payee comes back online.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { multiaddr } from '@multiformats/multiaddr'
 import { nodeIDToPeerId } from '../../src/network/libp2p-node.ts'
 import { TRANSFER_PROTOCOL } from '../../src/wallet/index.ts'
 import { TransferRequest } from '../../src/wallet/transfer-protocol.ts'
 import { serveRequest } from '../../src/wire/index.ts'
 import { startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
-import { serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
+import { directAddrs, serveRecord, standInHost, standInRecord } from '../support/stand-in.ts'
 
 interface Pending { id: string, peerID: string, amount: number, memo: string, createdAt: string, attempts: number, lastError: string | null, nextAttemptAt: string }
 
@@ -21,7 +20,7 @@ test('a stranded transfer names its payee, is listed as pending, and goes out wh
   // The payee: a peer that advertises itself like any node but does not take transfers yet.
   const payee = await standInHost(t)
   await serveRecord(payee, () => standInRecord(payee.identity))
-  const payerAddrs = payer.node.network.addresses().filter((a) => a.includes('/tcp/') && !a.includes('/ws') && !a.includes('p2p-circuit')).map((a) => multiaddr(a))
+  const payerAddrs = directAddrs(payer)
   await payee.host.dial(payerAddrs)
   await waitFor(() => payer.node.network.isKnownPeer(payee.identity.nodeID), { what: 'the payee in the payer\'s table' })
 
