@@ -76,6 +76,8 @@ export class AdvertGossip {
   #resync: NodeJS.Timeout | null = null
   /** Resyncs scheduled since WAN was (re)started. */
   #resyncs = 0
+  /** Whether the next sync is a pull: the join's syncs are over. */
+  #pulling = false
 
   constructor (deps: AdvertGossipDeps, options: AdvertGossipOptions = {}) {
     this.#deps = deps
@@ -116,10 +118,17 @@ export class AdvertGossip {
     this.#synced = 0
     this.#online = 0
     this.#resyncs = 0
+    this.#pulling = false
     this.#lastSyncAt = null
     if (this.#resync != null) clearTimeout(this.#resync)
     this.#resync = null
     this.#deps.book.clear()
+  }
+
+  /** Whether the syncs of this node's join are still to come: its first, or the resyncs after it. Once over, what
+   *  this node hears costs what an idle network's upkeep does (gossip of changes, a pull every `pullMs`). */
+  get joining (): boolean {
+    return !this.#pulling
   }
 
   /** Publishes this node's advert shortly (changes within `debounceMs` go out as one). */
@@ -174,6 +183,7 @@ export class AdvertGossip {
   #scheduleResync (): void {
     if (this.#host == null || this.#resync != null) return
     const pull = this.#resyncs >= RESYNC_ROUNDS
+    this.#pulling = pull
     const inMs = pull ? this.#pullMs : this.#resyncMs * 2 ** this.#resyncs++
     this.#resync = setTimeout(() => {
       this.#resync = null

@@ -389,6 +389,11 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     return [...connected, ...advertised]
   }
 
+  /** Whether this node is still asking peers for the adverts it missed before it joined (`AdvertGossip.joining`). */
+  get joining (): boolean {
+    return this.#gossip.joining
+  }
+
   /** Nodes known by their advert (connected or not). */
   get advertCount (): number {
     return this.#book.size

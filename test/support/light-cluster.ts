@@ -68,6 +68,7 @@ export class LightCluster {
   readonly #places: Place[] = []
   /** The nodes' nodeIDs, by index. */
   readonly nodeIDs: string[] = []
+  #stopped = false
 
   /** Use `LightCluster.start`. */
   constructor (workers: Worker[]) {
@@ -135,8 +136,10 @@ export class LightCluster {
     return all.reduce((sum, one) => ({ bytes: sum.bytes + one.bytes, writes: sum.writes + one.writes, cpuMs: sum.cpuMs + one.cpuMs }), { bytes: 0, writes: 0, cpuMs: 0 })
   }
 
-  /** Stops every node, then the workers. */
+  /** Stops every node, then the workers (once: a second call does nothing). */
   async stop (): Promise<void> {
+    if (this.#stopped) return
+    this.#stopped = true
     await Promise.all(this.#workers.map(async (worker) => {
       try {
         await worker.call({ op: 'stop' })

@@ -31,6 +31,8 @@ export interface NodeStats {
   candidates: number
   /** Whether a WAN client holds a connection to a relay. */
   relayConnected: boolean
+  /** Whether the advert syncs of its join are still to come (`PeerNetwork.joining`). */
+  joining: boolean
 }
 
 const SAMPLE_MS = 100
@@ -80,7 +82,8 @@ async function handle (request: WorkerRequest): Promise<unknown> {
           connectedPeers: peers.filter(peer => peer.connected).length,
           knownPeers: peers.length,
           candidates: request.modelID == null ? 0 : node.router.candidates(request.modelID).length,
-          relayConnected: node.network.relayConnected
+          relayConnected: node.network.relayConnected,
+          joining: node.network.joining
         }
       })
     case 'serve':
