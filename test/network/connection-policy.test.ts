@@ -1,6 +1,6 @@
 // The connection limit and duplicate connections (issue 15), in one process: the rule both sides of a doubled
 // connection apply alone, and eight nodes held to four connections each, one of which reaches a node it is not
-// connected to on demand. The same at 100 nodes: test/network/scale.test.ts.
+// connected to on demand; and each node's join (its advert syncs) ends. The same at 100 nodes: test/network/scale.test.ts.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import type { Connection } from '@libp2p/interface'
@@ -63,6 +63,8 @@ test(`eight nodes held to ${LIMIT} connections each: never more, no peer twice, 
     await Promise.all(nodes.map(async node => { await node.stop() }))
   })
   nodes.push(...await Promise.all(Array.from({ length: 8 }, async () => await startLightNode({ relayUrls: [relay.url], network: NETWORK }))))
+  // The join's advert syncs (the first, then resyncs 2, 6, 14 and 30 s after it) are still to come.
+  assert.ok(nodes.every(node => node.network.joining))
   await waitFor(() => nodes.every(node => node.network.peers().filter(peer => peer.connected).length > 0 &&
     nodes.every(other => other === node || node.network.peers().some(peer => peer.nodeID === other.nodeID))), { timeoutMs: 90_000, what: 'every node to have a peer and know every other' })
 
@@ -81,4 +83,5 @@ test(`eight nodes held to ${LIMIT} connections each: never more, no peer twice, 
   const now = nodes.map(node => node.network.host.getConnections().filter(connection => connection.direct).map(connection => connection.remotePeer.toString()))
   assert.ok(now.every(peers => new Set(peers).size === peers.length), 'no node holds two direct connections to one peer')
   t.diagnostic(`highest ${highest}; samples with a doubled connection: ${doubled}`)
+  await waitFor(() => nodes.every(node => !node.network.joining), { timeoutMs: 120_000, what: 'every node to finish the advert syncs of its join' })
 })
