@@ -76,8 +76,8 @@ export class AdvertGossip {
   #resync: NodeJS.Timeout | null = null
   /** Resyncs scheduled since WAN was (re)started. */
   #resyncs = 0
-  /** Whether the next sync is a pull: the join's syncs are over. */
-  #pulling = false
+  /** Whether the first pull was answered (or failed): this node has caught up on the adverts from before it joined. */
+  #joined = false
 
   constructor (deps: AdvertGossipDeps, options: AdvertGossipOptions = {}) {
     this.#deps = deps
@@ -118,17 +118,18 @@ export class AdvertGossip {
     this.#synced = 0
     this.#online = 0
     this.#resyncs = 0
-    this.#pulling = false
+    this.#joined = false
     this.#lastSyncAt = null
     if (this.#resync != null) clearTimeout(this.#resync)
     this.#resync = null
     this.#deps.book.clear()
   }
 
-  /** Whether the syncs of this node's join are still to come: its first, or the resyncs after it. Once over, what
-   *  this node hears costs what an idle network's upkeep does (gossip of changes, a pull every `pullMs`). */
+  /** Whether this node is still catching up on the adverts from before it joined: until its first pull (whose window
+   *  reaches back into the join's resyncs) is answered or fails. After it, what this node hears costs what an idle
+   *  network's upkeep does: gossip of what changes, and a pull every `pullMs` of what changed since the last. */
   get joining (): boolean {
-    return !this.#pulling
+    return !this.#joined
   }
 
   /** Publishes this node's advert shortly (changes within `debounceMs` go out as one). */
@@ -175,7 +176,12 @@ export class AdvertGossip {
       this.#deps.log.info({ nodeID, adverts: adverts.length, kept, rejected }, 'adverts synced from a peer')
     }, (err: unknown) => {
       this.#deps.log.debug({ err, nodeID }, 'advert sync failed')
-    }).finally(() => { this.#syncing.delete(nodeID) })
+      // No sync has succeeded yet, and no new peer may come online to try again: a resync will, with another peer.
+      if (this.#synced === 0) this.#scheduleResync()
+    }).finally(() => {
+      this.#syncing.delete(nodeID)
+      if (pull) this.#joined = true
+    })
   }
 
   /** Asks one connected peer, picked at random, again: `resyncMs` from now, then each time after twice as long, four
@@ -183,7 +189,6 @@ export class AdvertGossip {
   #scheduleResync (): void {
     if (this.#host == null || this.#resync != null) return
     const pull = this.#resyncs >= RESYNC_ROUNDS
-    this.#pulling = pull
     const inMs = pull ? this.#pullMs : this.#resyncMs * 2 ** this.#resyncs++
     this.#resync = setTimeout(() => {
       this.#resync = null

@@ -5,13 +5,18 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import { streamPair } from '@libp2p/utils'
+import { pino } from 'pino'
 import { z } from 'zod'
+import { UnavailableError } from '../../src/errors.ts'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
+import { AdvertGossip } from '../../src/network/advert-gossip.ts'
 import { AdvertBook, createAdvertsSyncHandler, openAdvert, signAdvert, syncAdverts, type Advert } from '../../src/network/adverts.ts'
 import { signCapabilities } from '../../src/network/capabilities.ts'
+import { createPeerHost } from '../../src/network/libp2p-node.ts'
 import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
 import { openFrames, readMessage, writeMessage, type PeerStreams } from '../../src/wire/index.ts'
 import { standInRecord } from '../support/stand-in.ts'
+import { waitFor } from '../support/node.ts'
 
 const me = identityFromSeed(generateSeed())
 
@@ -117,4 +122,42 @@ test('adverts: a windowed sync answers what changed at the answering node within
   const changed = advertOf('heard long ago, changed', oldIdentity, 2)
   assert.equal(book.offer(changed, openAdvert(changed), now), 'kept')
   assert.deepEqual(await names(60_000), ['answering node', 'heard lately', 'heard long ago, changed'])
+})
+
+test('advert gossip: a node whose first sync fails asks again though no other peer comes online; its join ends with its first pull', async (t) => {
+  const host = await createPeerHost(me, { log: pino({ level: 'silent' }) })
+  const book = new AdvertBook(me.nodeID)
+  const peer = advertOf('the peer')
+  const answering = peerServing(new AdvertBook(peer.record.signer), peer)
+  const asked: string[] = []
+  const gossip = new AdvertGossip({
+    identity: me,
+    book,
+    record: () => signCapabilities(me, standInRecord(me)),
+    addrs: () => [],
+    // The peer cannot be reached for the first sync (a stream not opened in time, say), then answers as a node does.
+    peers: {
+      open: async (nodeID, protocol, options) => {
+        asked.push(nodeID)
+        if (asked.length === 1) throw new UnavailableError(`Peer ${nodeID} is unreachable: no stream within 10000 ms`)
+        return await answering.open(nodeID, protocol, options)
+      }
+    },
+    connected: () => [peer.record.signer],
+    log: pino({ level: 'silent' })
+  }, { resyncMs: 50, pullMs: 50 })
+  gossip.start(host)
+  t.after(async () => {
+    await gossip.stop()
+    await host.stop()
+  })
+  assert.equal(gossip.joining, true)
+
+  // The only peer there is comes online once; nothing else will make the node ask again.
+  gossip.peerOnline(peer.record.signer)
+  await waitFor(() => book.get(peer.record.signer) != null, { what: 'the peer\'s advert, from a sync after the failed one' })
+  assert.ok(asked.length >= 2)
+  // Resyncs at 50, 150, 350 and 750 ms after the first sync that succeeded, then the first pull 50 ms later.
+  await waitFor(() => !gossip.joining, { what: 'the join to end with the first pull' })
+  assert.ok(asked.length >= 6, `the first sync, the one after it, four resyncs and a pull: ${asked.length} asked`)
 })

@@ -41,7 +41,7 @@ const NETWORK: PeerNetworkOptions = {
   inboundConnectionsPerSecond: 10_000,   // every node is 127.0.0.1 here
   pingIntervalMs: 2_000,
   recordCheckMs: 100,
-  adverts: { debounceMs: 100, resyncMs: 2_000 },
+  adverts: { debounceMs: 100, resyncMs: 2_000, pullMs: 5_000 },
   wan: { syncIntervalMs: 2_000, fastSyncMs: 200, minBackoffMs: 100, maxBackoffMs: 1_000, dialTimeoutMs: 5_000, reservationTimeoutMs: 5_000 }
 }
 
@@ -63,7 +63,7 @@ test(`eight nodes held to ${LIMIT} connections each: never more, no peer twice, 
     await Promise.all(nodes.map(async node => { await node.stop() }))
   })
   nodes.push(...await Promise.all(Array.from({ length: 8 }, async () => await startLightNode({ relayUrls: [relay.url], network: NETWORK }))))
-  // The join's advert syncs (the first, then resyncs 2, 6, 14 and 30 s after it) are still to come.
+  // The join's advert syncs (the first, resyncs 2, 6, 14 and 30 s after it, and the first pull 5 s later) are to come.
   assert.ok(nodes.every(node => node.network.joining))
   await waitFor(() => nodes.every(node => node.network.peers().filter(peer => peer.connected).length > 0 &&
     nodes.every(other => other === node || node.network.peers().some(peer => peer.nodeID === other.nodeID))), { timeoutMs: 90_000, what: 'every node to have a peer and know every other' })
@@ -83,5 +83,5 @@ test(`eight nodes held to ${LIMIT} connections each: never more, no peer twice, 
   const now = nodes.map(node => node.network.host.getConnections().filter(connection => connection.direct).map(connection => connection.remotePeer.toString()))
   assert.ok(now.every(peers => new Set(peers).size === peers.length), 'no node holds two direct connections to one peer')
   t.diagnostic(`highest ${highest}; samples with a doubled connection: ${doubled}`)
-  await waitFor(() => nodes.every(node => !node.network.joining), { timeoutMs: 120_000, what: 'every node to finish the advert syncs of its join' })
+  await waitFor(() => nodes.every(node => !node.network.joining), { timeoutMs: 120_000, what: 'every node to finish the advert syncs of its join, its first pull included' })
 })
