@@ -389,7 +389,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     return [...connected, ...advertised]
   }
 
-  /** Whether this node is still asking peers for the adverts it missed before it joined (`AdvertGossip.joining`). */
+  /** Whether this node is still catching up on the adverts from before it joined, its first pull included (`AdvertGossip.joining`). */
   get joining (): boolean {
     return this.#gossip.joining
   }

@@ -31,7 +31,7 @@ export interface NodeStats {
   candidates: number
   /** Whether a WAN client holds a connection to a relay. */
   relayConnected: boolean
-  /** Whether the advert syncs of its join are still to come (`PeerNetwork.joining`). */
+  /** Whether it is still catching up on the adverts from before it joined, its first pull included (`PeerNetwork.joining`). */
   joining: boolean
 }
 
