@@ -8,6 +8,7 @@ import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
 import type { GpuChoice } from './inference/gpu.ts'
+import type { FlashAttention } from './inference/index.ts'
 import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS } from './inference/index.ts'
 
 export const DEFAULT_PORT = 11435
@@ -30,6 +31,8 @@ export interface NodeConfig {
   queueSize: number
   /** Context tokens per slot (capped at the model's training context). */
   contextSize: number
+  /** `serve --flash-attention`: llama.cpp's flash attention (auto, on, off). */
+  flashAttention: FlashAttention
   /**
    * `--reset-identity`: start even though the node key or the database is missing beside the other (a new key, or a
    * fresh database, bound together). Without it such a start is refused (issue 14).
@@ -86,6 +89,7 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     slots: DEFAULT_SLOTS,
     queueSize: DEFAULT_QUEUE_SIZE,
     contextSize: DEFAULT_CONTEXT_SIZE,
+    flashAttention: 'auto',
     shutdownGraceMs: 10_000,
     resetIdentity: false,
     allowedOrigins: [],

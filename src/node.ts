@@ -89,7 +89,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       threads,
       slots: config.slots,
       queueSize: config.queueSize,
-      contextSize: config.contextSize
+      contextSize: config.contextSize,
+      flashAttention: config.flashAttention
     })
     cleanups.unshift(() => engine.close())
     const models = new ModelStore({ db, engine, settings, log: log.child({ part: 'models' }) },

@@ -49,6 +49,8 @@ export interface LocalEngineOptions {
   queueSize?: number
   /** Tokens one request may use, prompt and answer together, capped at the model's training context. @default DEFAULT_CONTEXT_SIZE (4096) */
   contextSize?: number
+  /** llama.cpp's flash attention for the generation context (`serve --flash-attention`). @default 'auto' */
+  flashAttention?: FlashAttention
 }
 
 export interface LoadOptions {
@@ -91,6 +93,13 @@ export const DEFAULT_SLOTS = 2
 export const DEFAULT_QUEUE_SIZE = 16
 /** Tokens one request may use, prompt and answer together, unless the model was trained with fewer: the node's default too. */
 export const DEFAULT_CONTEXT_SIZE = 4096
+/**
+ * Flash attention, as llama-server's `-fa` and node-llama-cpp's `flashAttention` take it: `auto` lets llama.cpp use it
+ * wherever the backend supports it (llama-server's default, and ours). Whether it pays on a CPU depends on the model and
+ * on how far into the context a request is (bench/README.md, "Flash attention on the CPU"), so a user can choose.
+ */
+export type FlashAttention = 'auto' | 'on' | 'off'
+export const FLASH_ATTENTION_CHOICES: readonly FlashAttention[] = ['auto', 'on', 'off']
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
 
@@ -123,6 +132,7 @@ export class LocalEngine implements ChatEngine {
   private readonly slotCount: number
   private readonly queueSize: number
   private readonly contextSize: number
+  private readonly flashAttention: FlashAttention
   private active: ActiveModel | null = null
   /** load/unload/close run one after another; each waits for the previous whatever its outcome. */
   private lifecycle: Promise<void> = Promise.resolve()
@@ -138,6 +148,10 @@ export class LocalEngine implements ChatEngine {
     this.slotCount = integerOption('slots', options.slots ?? DEFAULT_SLOTS, 1)
     this.queueSize = integerOption('queueSize', options.queueSize ?? DEFAULT_QUEUE_SIZE, 0)
     this.contextSize = integerOption('contextSize', options.contextSize ?? DEFAULT_CONTEXT_SIZE, 1)
+    this.flashAttention = options.flashAttention ?? 'auto'
+    if (!FLASH_ATTENTION_CHOICES.includes(this.flashAttention)) {
+      throw new RangeError(`LocalEngine option flashAttention must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, got ${String(this.flashAttention)}`)
+    }
   }
 
   /**
@@ -370,6 +384,7 @@ export class LocalEngine implements ChatEngine {
       sequences: this.slotCount,
       contextSize: trainContextLength > 0 ? Math.min(this.contextSize, trainContextLength) : this.contextSize,
       threads: this.threads,
+      flashAttention: this.flashAttention === 'auto' ? 'auto' : this.flashAttention === 'on',
       batching: batching.options
     })
     batching.attach(context)

@@ -89,6 +89,12 @@ test('serve refuses out-of-range numeric options with a usage error naming the o
   }
 })
 
+test('serve refuses an unknown --flash-attention mode with a usage error naming the choices', async (t) => {
+  const result = await meshnode(['serve', '--flash-attention', 'fast', '--data-dir', await tempDir(t)])
+  assert.equal(result.code, 2)
+  assert.ok(result.stderr.includes('--flash-attention must be one of auto, on, off, not fast'), result.stderr)
+})
+
 test('serve --log-format pretty writes human lines; --log-format json and --log-level choose the rest; bad values are usage errors', async (t) => {
   const dataDir = await tempDir(t)
   const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir, '--log-format', 'pretty', '--log-level', 'debug'], { stdio: ['ignore', 'pipe', 'pipe'] })

@@ -311,3 +311,17 @@ await test('a GGUF whose tensors are cut off fails to load and leaves no model l
   assert.equal(engine.loaded(), null)
   await assert.rejects(answer(engine, HELLO), NoModelLoadedError)
 })
+
+await test('flashAttention reaches llama.cpp\'s context as chosen, every choice generates, and an unknown one is refused', async (t) => {
+  // The context is the engine's own; node-llama-cpp's getter reports what the engine asked llama.cpp for.
+  const contextOf = (engine: LocalEngine): { flashAttention: boolean | 'auto' } =>
+    (engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context
+  for (const [choice, asked] of [['auto', 'auto'], ['on', true], ['off', false]] as const) {
+    const engine = await startEngine(t, { flashAttention: choice })
+    assert.equal(contextOf(engine).flashAttention, asked, choice)
+    assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, choice)
+    await engine.close()
+  }
+  assert.equal(contextOf(await startEngine(t)).flashAttention, 'auto', 'the default is llama-server\'s')
+  assert.throws(() => new LocalEngine({}, { flashAttention: 'fast' as 'on' }), /flashAttention must be one of auto, on, off, got fast/)
+})

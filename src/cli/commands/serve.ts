@@ -3,7 +3,7 @@ import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import type { RunningNode } from '../../node.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS } from '../../inference/index.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, FLASH_ATTENTION_CHOICES, type FlashAttention } from '../../inference/index.ts'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
 import { GPU_CHOICES, type GpuChoice } from '../../inference/gpu.ts'
 import { UsageError, logSettings, wholeNumber, withLogOptions } from './common.ts'
@@ -17,6 +17,7 @@ interface ServeOptions {
   slots?: string
   queueSize?: string
   contextSize?: string
+  flashAttention: string
   allowedOrigin: string[]
   allowedHost: string[]
   p2pListen: string[]
@@ -44,6 +45,7 @@ export function registerServe (program: Command): void {
     .option('--slots <n>', `requests the loaded model serves at once (default ${DEFAULT_SLOTS})`)
     .option('--queue-size <n>', `requests that may wait for a slot before new ones get 429 (default ${DEFAULT_QUEUE_SIZE})`)
     .option('--context-size <tokens>', `context tokens per slot, capped at the model's own (default ${DEFAULT_CONTEXT_SIZE})`)
+    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (auto: wherever the backend supports it, as llama-server)`, 'auto')
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
@@ -66,6 +68,7 @@ export function registerServe (program: Command): void {
         slots: options.slots == null ? defaults.slots : wholeNumber('--slots', options.slots, 1, 64),
         queueSize: options.queueSize == null ? defaults.queueSize : wholeNumber('--queue-size', options.queueSize, 0, 10_000),
         contextSize: options.contextSize == null ? defaults.contextSize : wholeNumber('--context-size', options.contextSize, 128, 1_048_576),
+        flashAttention: flashAttention(options.flashAttention),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
@@ -172,6 +175,13 @@ function tlsFiles (options: ServeOptions): { certFile: string, keyFile: string }
 function gpuChoice (value: string): GpuChoice {
   if (!(GPU_CHOICES as readonly string[]).includes(value)) throw new UsageError(`--gpu must be one of ${GPU_CHOICES.join(', ')}, not ${value}`)
   return value as GpuChoice
+}
+
+function flashAttention (value: string): FlashAttention {
+  if (!(FLASH_ATTENTION_CHOICES as readonly string[]).includes(value)) {
+    throw new UsageError(`--flash-attention must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, not ${value}`)
+  }
+  return value as FlashAttention
 }
 
 function collect (value: string, previous: string[]): string[] {
