@@ -11,14 +11,15 @@ export type DirectJob =
 
 export interface DirectResult { ttftMs: number, lastMs: number, endMs: number, tokens: number, text: string }
 
-const [modelPath, slotsArgument, contextArgument] = process.argv.slice(2)
+const [modelPath, slotsArgument, contextArgument, flashAttentionArgument = 'auto'] = process.argv.slice(2)
+const flashAttention = flashAttentionArgument === 'auto' ? 'auto' : flashAttentionArgument === 'on'
 const slots = Number(slotsArgument)
 const llama = await getLlama({ gpu: false, build: 'never', maxThreads: 1, progressLogs: false })
 const model = await llama.loadModel({ modelPath })
 const chatWrapper = resolveChatWrapper(model)
 const chatsFor = new Map<number, LlamaChat[]>()
 for (const sequences of new Set([1, slots])) {
-  const context = await model.createContext({ sequences, contextSize: Number(contextArgument), threads: 1 })
+  const context = await model.createContext({ sequences, contextSize: Number(contextArgument), threads: 1, flashAttention })
   chatsFor.set(sequences, Array.from({ length: sequences }, () => new LlamaChat({ contextSequence: context.getSequence(), chatWrapper })))
 }
 

@@ -18,6 +18,12 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
 const SLOTS = 4
 /** Context per slot; llama-server gets SLOTS times this (its -c is the total it splits between slots). */
 const SLOT_CONTEXT = 2048
+/** `BENCH_FLASH_ATTENTION=auto|on|off` gives all three engines the same flash-attention setting (unset: their default, auto). */
+const FLASH_ATTENTION = process.env.BENCH_FLASH_ATTENTION ?? 'auto'
+if (!['auto', 'on', 'off'].includes(FLASH_ATTENTION)) throw new Error(`BENCH_FLASH_ATTENTION must be auto, on or off, not ${FLASH_ATTENTION}`)
+/** `BENCH_LLAMA_SERVER=native|release`: which build of llama-server (bench/llama-server-build.ts). */
+const LLAMA_SERVER_BUILD = process.env.BENCH_LLAMA_SERVER ?? 'native'
+if (LLAMA_SERVER_BUILD !== 'native' && LLAMA_SERVER_BUILD !== 'release') throw new Error(`BENCH_LLAMA_SERVER must be native or release, not ${LLAMA_SERVER_BUILD}`)
 const DECODE_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128)
 const TURNS = 6
 const TURN_WORDS = 150 // about 200 tokens with the Llama-2 vocabulary
@@ -135,7 +141,7 @@ async function startLlamaServer (binary: string, model: string): Promise<Target>
   const port = await freePort()
   const child = spawn(binary, [
     '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1', '-tb', '1',
-    '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '--no-webui', '--log-disable'
+    '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '-fa', FLASH_ATTENTION, '--no-webui', '--log-disable'
   ], { stdio: ['ignore', 'ignore', 'pipe'] })
   track(child, 'llama-server')
   let log = ''
@@ -153,7 +159,7 @@ async function startMeshnode (model: string, dataDir: string): Promise<Target> {
   // The node as users run it: bin/meshnode.js (which starts `serve` with its V8 flags), the model loaded at start.
   const port = await freePort()
   const child = spawn(process.execPath, [join(import.meta.dirname, '..', 'bin', 'meshnode.js'), 'serve', '--port', String(port),
-    '--data-dir', dataDir, '--threads', '1', '--slots', String(SLOTS), '--context-size', String(SLOT_CONTEXT), '--model', model],
+    '--data-dir', dataDir, '--threads', '1', '--slots', String(SLOTS), '--context-size', String(SLOT_CONTEXT), '--flash-attention', FLASH_ATTENTION, '--model', model],
   { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, MESHNODE_LOG_LEVEL: 'warn' } })
   track(child, 'meshnode')
   const url = `http://127.0.0.1:${port}`
@@ -170,7 +176,7 @@ async function startMeshnode (model: string, dataDir: string): Promise<Target> {
 }
 
 async function startDirect (model: string): Promise<Target> {
-  const child = spawn(process.execPath, [join(import.meta.dirname, 'direct-engine.ts'), model, String(SLOTS), String(SLOT_CONTEXT)],
+  const child = spawn(process.execPath, [join(import.meta.dirname, 'direct-engine.ts'), model, String(SLOTS), String(SLOT_CONTEXT), FLASH_ATTENTION],
     { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   track(child, 'direct')
   await new Promise<void>((resolve, reject) => {
@@ -281,7 +287,7 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
   return rows
 }
 
-const llamaServer = await ensureLlamaServer()
+const llamaServer = await ensureLlamaServer(LLAMA_SERVER_BUILD)
 const loadAtStart = loadavg()
 const shared = join(import.meta.dirname, '..', '..', 'shared', 'models')
 const small = join(shared, 'random-llama-24M-q8_0.gguf')
@@ -295,7 +301,8 @@ for (const [name, path] of models) {
   if (only != null && !only.split(',').some((m) => name.includes(m))) continue
   rows.push(...await benchModel(name, path, llamaServer))
 }
-console.log(`\n${ROUNDS} interleaved rounds (medians), 1 thread, ${SLOTS} slots of ${SLOT_CONTEXT} tokens, greedy, ` +
+console.log(`\n${ROUNDS} interleaved rounds (medians), llama-server's ${LLAMA_SERVER_BUILD} build, flash attention ${FLASH_ATTENTION}, ` +
+  `1 thread, ${SLOTS} slots of ${SLOT_CONTEXT} tokens, greedy, ` +
   `${DECODE_TOKENS} tokens decoded, chat turns of ~${TURN_WORDS} words + ${TURN_ANSWER_TOKENS}-token answers; ` +
   `load average (1/5/15 min) ${loadAtStart.map((l) => l.toFixed(1)).join('/')} at the start, ${loadavg().map((l) => l.toFixed(1)).join('/')} at the end\n`)
 console.log('| model | measure | llama-server | node-llama-cpp direct | meshnode HTTP | meshnode / llama-server | meshnode / direct |')
