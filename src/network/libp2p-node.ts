@@ -4,9 +4,10 @@ import { autoNATv2 } from '@libp2p/autonat-v2'
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
 import { gossipsub, type GossipSub } from '@libp2p/gossipsub'
 import { identify, type Identify } from '@libp2p/identify'
-import type { PeerId } from '@libp2p/interface'
+import type { MultiaddrConnection, PeerId } from '@libp2p/interface'
 import { mdns } from '@libp2p/mdns'
 import { ping, type Ping } from '@libp2p/ping'
+import { RateLimiter } from '@libp2p/utils'
 import { webSockets } from '@libp2p/websockets'
 import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
@@ -15,6 +16,7 @@ import { HolePunch } from './hole-punch.ts'
 import { lanPresence, type LanPresence, type LanPresenceOptions } from './lan-presence.ts'
 import { DEFAULT_LISTEN, privateKeyFromIdentity } from './peer-ids.ts'
 import { ReachabilityMonitor } from './reachability.ts'
+import { isCircuit } from './relay-address.ts'
 import { yamux } from './yamux.ts'
 
 // The helpers that need no transports live in peer-ids.ts; they are re-exported here for callers that build hosts.
@@ -63,7 +65,7 @@ export interface PeerHostOptions {
   pingIntervalMs?: number
   /** Connections held at most (libp2p's connection manager: inbound ones beyond are refused, the least valued pruned). @default 50 */
   maxConnections?: number
-  /** New inbound connections per second from one IP address (libp2p's default: 5). @default 5 */
+  /** New direct inbound connections per second from one IP address (libp2p's default: 5; see `inboundConnectionLimit`). @default 5 */
   inboundConnectionsPerSecond?: number
   log?: Logger
 }
@@ -98,12 +100,16 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     peerDiscovery: options.mdns === true ? [mdns()] : [],
-    connectionManager: { maxConnections: options.maxConnections ?? 50, inboundConnectionThreshold: options.inboundConnectionsPerSecond ?? 5 },
+    // The per-address limit is ours (inboundConnectionLimit), so that it spares relayed connections; libp2p's own is off.
+    connectionManager: { maxConnections: options.maxConnections ?? 50, inboundConnectionThreshold: Number.POSITIVE_INFINITY },
     // A ping slower than this fails and closes the connection: generous, so that a machine under load keeps its peers.
     connectionMonitor: { pingInterval: options.pingIntervalMs ?? CONNECTION_PING_INTERVAL_MS, pingTimeout: { minTimeout: 10_000 } },
-    connectionGater: options.denyPeer == null
-      ? undefined
-      : { denyDialPeer: options.denyPeer, denyInboundEncryptedConnection: options.denyPeer, denyOutboundEncryptedConnection: options.denyPeer },
+    connectionGater: {
+      denyInboundConnection: inboundConnectionLimit(options.inboundConnectionsPerSecond ?? 5),
+      ...(options.denyPeer == null
+        ? {}
+        : { denyDialPeer: options.denyPeer, denyInboundEncryptedConnection: options.denyPeer, denyOutboundEncryptedConnection: options.denyPeer })
+    },
     // The connection monitor pings on the ping protocol too, both ways: room for its pings and our one first ping at
     // once, and for pings still closing on a busy machine, or a ping is refused and the monitor closes the connection.
     services: {
@@ -134,4 +140,30 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
   })
   log.info({ peerId: host.peerId.toString(), addrs: host.getMultiaddrs().map(String) }, 'libp2p host started')
   return host
+}
+
+/**
+ * libp2p's limit on new inbound connections per second from one IP address, for direct connections only: a connection
+ * gater that refuses the ones over `perSecond`. libp2p's own limit (its connection manager's
+ * `inboundConnectionThreshold`) counts a relayed connection against the address it arrives from, the relay's, so every
+ * peer that reaches this node through one relay shared one budget of 5 a second. When a relay went down and its nodes
+ * came back through the other one all at once, this node refused most of them, and their first requests failed on a
+ * handshake that never finished (test/network/relays.test.ts, about 1 run in 7). A relayed connection cannot show the
+ * dialer's own address; the relay limits each dialer's address itself (relay.ts), and libp2p's caps on pending and
+ * open connections still hold.
+ */
+export function inboundConnectionLimit (perSecond: number): (connection: MultiaddrConnection) => boolean {
+  const limiter = new RateLimiter({ points: perSecond, duration: 1 })
+  return (connection) => {
+    const address = connection.remoteAddr
+    if (isCircuit(address)) return false
+    const host = address.getComponents()[0]
+    if (host?.value == null || !['ip4', 'ip6', 'dns', 'dns4', 'dns6'].includes(host.name)) return false
+    try {
+      limiter.consume(host.value, 1)
+      return false
+    } catch {
+      return true
+    }
+  }
 }

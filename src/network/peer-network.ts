@@ -53,7 +53,7 @@ export interface PeerNetworkOptions {
   maxConnections?: number
   /** Nodes listed by a relay that this node connects to of its own accord; the others are reached on demand. @default 8 */
   targetPeers?: number
-  /** New inbound connections per second from one IP address (many nodes on one machine: raise it). @default 5 */
+  /** New direct inbound connections per second from one IP address (many nodes on one machine: raise it; relayed ones are not counted). @default 5 */
   inboundConnectionsPerSecond?: number
   /** Tunables of advert gossip (refresh, debounce) and how long an advert lives. */
   adverts?: AdvertGossipOptions & { ttlMs?: number }

@@ -2,6 +2,9 @@
 // two, learns relays from its peers' addresses, and losing one relay isolates nobody.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
+import type { MultiaddrConnection } from '@libp2p/interface'
+import { multiaddr } from '@multiformats/multiaddr'
+import { inboundConnectionLimit } from '../../src/network/libp2p-node.ts'
 import { startLightNode, type LightNode } from '../support/light-network.ts'
 import { FAST_NETWORK, startTestRelay } from '../support/network.ts'
 import { startTestNode, waitFor } from '../support/node.ts'
@@ -26,6 +29,19 @@ test('wan_relay_url takes one relay or several separated by commas; a bad one am
 async function waitAllSeeAll (nodes: LightNode[], what: string): Promise<void> {
   await waitFor(() => nodes.every(node => nodes.every(other => other === node || node.network.peers().some(peer => peer.nodeID === other.nodeID))), { timeoutMs: 60_000, what })
 }
+
+test('new inbound connections are limited per address for direct ones only: relayed ones do not spend the relay\'s budget', () => {
+  const deny = inboundConnectionLimit(5)
+  const from = (address: string): MultiaddrConnection => ({ remoteAddr: multiaddr(address) }) as unknown as MultiaddrConnection
+  const relay = '/ip4/203.0.113.7/tcp/4001/ws/p2p/12D3KooWGKjq996vrXTWASV3vfxAsieDQD1pQknT4pc9NfMaDynP/p2p-circuit/p2p/'
+  const dialers = ['12D3KooWCz6tBnGq4jX2erVtkR15G8i76cU7oJcs7RmugneTNewN', '12D3KooWAoNzVTkYfT8Y4KwNQhAxS8U2cDt8c7gqYJQYjxE4oB3s']
+  // 20 relayed connections in the same second (a relay's nodes coming back through it after another one died): all in.
+  for (let i = 0; i < 20; i++) assert.equal(deny(from(relay + dialers[i % 2])), false, `relayed connection ${i + 1}`)
+  // The same relay host dialing directly has its whole budget; the sixth direct connection in a second is refused.
+  for (let i = 0; i < 5; i++) assert.equal(deny(from(`/ip4/203.0.113.7/tcp/${40_000 + i}`)), false, `direct connection ${i + 1}`)
+  assert.equal(deny(from('/ip4/203.0.113.7/tcp/40005')), true, 'the sixth direct connection from one address in a second')
+  assert.equal(deny(from('/ip6/2001:db8::1/tcp/4001')), false, 'another address has its own budget')
+})
 
 test('two relays, one killed: every node still sees every other; a node told of one relay learns the other from its peers', { timeout: 180_000 }, async (t) => {
   const [r1, r2] = await Promise.all([startTestRelay(t), startTestRelay(t)])
