@@ -211,6 +211,9 @@ test('switching language to zh changes the visible text; a bad setting shows the
   assert.equal((await node.api.patch('/v1/app/settings', { language: 'fr' })).status, 200)
   await page.reload()
   await page.getByRole('heading', { level: 1, name: 'Settings' }).waitFor()
+  // The English heading shows before the node's settings arrive too (the page's default language); the page's lang
+  // follows once they have: wait for it rather than read it at once.
+  await page.waitForFunction(() => document.documentElement.lang !== 'en', undefined, { timeout: 60_000 })
   assert.equal(await page.evaluate(() => document.documentElement.lang), 'fr')
 })
 
