@@ -8,8 +8,7 @@ import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
 import type { GpuChoice } from './inference/gpu.ts'
-import type { FlashAttention } from './inference/index.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS } from './inference/index.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention } from './inference/index.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'

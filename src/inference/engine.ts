@@ -96,7 +96,7 @@ export const DEFAULT_CONTEXT_SIZE = 4096
 /**
  * Flash attention, as llama-server's `-fa` and node-llama-cpp's `flashAttention` take it: `auto` lets llama.cpp use it
  * wherever the backend supports it (llama-server's default, and ours). Whether it pays on a CPU depends on the model and
- * on how far into the context a request is (bench/README.md, "Flash attention on the CPU"), so a user can choose.
+ * on how far into the context a request is (bench/README.md, bench:llama-server, "Session 8"), so a user can choose.
  */
 export type FlashAttention = 'auto' | 'on' | 'off'
 export const FLASH_ATTENTION_CHOICES: readonly FlashAttention[] = ['auto', 'on', 'off']
