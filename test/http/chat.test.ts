@@ -27,6 +27,15 @@ test('non-streaming completion through the official openai client: shape, real u
   assert.equal(completion.usage?.total_tokens, (completion.usage?.prompt_tokens ?? 0) + 12)
 })
 
+test('serve --flash-attention off reaches llama.cpp through the node, and the node answers with it', async (t) => {
+  const { node, openai } = await startChatNode(t, { flashAttention: 'off' })
+  // node-llama-cpp's getter reports what the engine asked llama.cpp for (the default would be 'auto').
+  const context = (node.engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context
+  assert.equal(context.flashAttention, false)
+  const answer = await openai.chat.completions.create({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, temperature: 0 })
+  assert.equal(answer.usage?.completion_tokens, 8)
+})
+
 test('streaming: role chunk first, content deltas, a finish chunk, the usage chunk, [DONE]', async (t) => {
   const { openai, node } = await startChatNode(t)
   const stream = await openai.chat.completions.create({
