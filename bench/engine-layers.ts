@@ -11,6 +11,7 @@ import { getLlama, LlamaChat, resolveChatWrapper, type Token } from 'node-llama-
 
 const modelPath = process.argv[2] ?? new URL('../../shared/models/random-llama-24M-q8_0.gguf', import.meta.url).pathname
 const flashAttentionSetting = process.env.BENCH_FLASH_ATTENTION ?? 'auto'
+if (!['auto', 'on', 'off'].includes(flashAttentionSetting)) throw new Error(`BENCH_FLASH_ATTENTION must be auto, on or off, not ${flashAttentionSetting}`)
 const flashAttention = flashAttentionSetting === 'auto' ? 'auto' : flashAttentionSetting === 'on'
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 const REQUESTS = 12

@@ -49,7 +49,7 @@ export interface LocalEngineOptions {
   queueSize?: number
   /** Tokens one request may use, prompt and answer together, capped at the model's training context. @default DEFAULT_CONTEXT_SIZE (4096) */
   contextSize?: number
-  /** llama.cpp's flash attention for the generation context (`serve --flash-attention`). @default 'auto' */
+  /** llama.cpp's flash attention for the model's contexts, generation and embeddings (`serve --flash-attention`). @default 'auto' */
   flashAttention?: FlashAttention
 }
 
@@ -174,7 +174,8 @@ export class LocalEngine implements ChatEngine {
       const llama = await this.accelerator.llama(this.threads)
       let model: LlamaModel
       try {
-        model = await llama.loadModel({ modelPath: path })
+        // The model's default reaches every context made from it: the generation context and the embedding one.
+        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: this.flashAttention === 'auto' ? 'auto' : this.flashAttention === 'on' })
       } catch (err) {
         // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
         throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
@@ -384,7 +385,6 @@ export class LocalEngine implements ChatEngine {
       sequences: this.slotCount,
       contextSize: trainContextLength > 0 ? Math.min(this.contextSize, trainContextLength) : this.contextSize,
       threads: this.threads,
-      flashAttention: this.flashAttention === 'auto' ? 'auto' : this.flashAttention === 'on',
       batching: batching.options
     })
     batching.attach(context)

@@ -7,7 +7,7 @@ import { identify, type Identify } from '@libp2p/identify'
 import type { MultiaddrConnection, PeerId } from '@libp2p/interface'
 import { mdns } from '@libp2p/mdns'
 import { ping, type Ping } from '@libp2p/ping'
-import { RateLimiter } from '@libp2p/utils'
+import { RateLimiter, tryGetNetConfig } from '@libp2p/utils'
 import { webSockets } from '@libp2p/websockets'
 import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
@@ -149,18 +149,17 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
  * peer that reaches this node through one relay shared one budget of 5 a second. When a relay went down and its nodes
  * came back through the other one all at once, this node refused most of them, and their first requests failed on a
  * handshake that never finished (test/network/relays.test.ts, about 1 run in 7). A relayed connection cannot show the
- * dialer's own address; the relay limits each dialer's address itself (relay.ts), and libp2p's caps on pending and
- * open connections still hold.
+ * dialer's own address, so relayed connections have no rate of their own: libp2p's caps on pending inbound connections
+ * (10) and on open ones (`maxConnections`) bound them, and the relay limits how fast each address connects to it.
  */
 export function inboundConnectionLimit (perSecond: number): (connection: MultiaddrConnection) => boolean {
   const limiter = new RateLimiter({ points: perSecond, duration: 1 })
   return (connection) => {
     const address = connection.remoteAddr
-    if (isCircuit(address)) return false
-    const host = address.getComponents()[0]
-    if (host?.value == null || !['ip4', 'ip6', 'dns', 'dns4', 'dns6'].includes(host.name)) return false
+    const host = isCircuit(address) ? undefined : tryGetNetConfig(address)?.host // as libp2p reads it
+    if (host == null) return false
     try {
-      limiter.consume(host.value, 1)
+      limiter.consume(host, 1)
       return false
     } catch {
       return true

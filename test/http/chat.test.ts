@@ -27,7 +27,7 @@ test('non-streaming completion through the official openai client: shape, real u
   assert.equal(completion.usage?.total_tokens, (completion.usage?.prompt_tokens ?? 0) + 12)
 })
 
-test('serve --flash-attention off reaches llama.cpp through the node, and the node answers with it', async (t) => {
+test('the node\'s flashAttention setting (serve --flash-attention) reaches llama.cpp, and the node answers with it off', async (t) => {
   const { node, openai } = await startChatNode(t, { flashAttention: 'off' })
   // node-llama-cpp's getter reports what the engine asked llama.cpp for (the default would be 'auto').
   const context = (node.engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context

@@ -313,12 +313,19 @@ await test('a GGUF whose tensors are cut off fails to load and leaves no model l
 })
 
 await test('flashAttention reaches llama.cpp\'s context as chosen, every choice generates, and an unknown one is refused', async (t) => {
-  // The context is the engine's own; node-llama-cpp's getter reports what the engine asked llama.cpp for.
+  // The context and model are the engine's own; node-llama-cpp's getters report what the engine asked llama.cpp for:
+  // the generation context's setting, and the model's default, which the embedding context takes.
   const contextOf = (engine: LocalEngine): { flashAttention: boolean | 'auto' } =>
     (engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context
+  const modelOf = (engine: LocalEngine): { defaultContextFlashAttention: boolean | 'auto' } =>
+    (engine as unknown as { active: { model: { defaultContextFlashAttention: boolean | 'auto' } } }).active.model
   for (const [choice, asked] of [['auto', 'auto'], ['on', true], ['off', false]] as const) {
     const engine = await startEngine(t, { flashAttention: choice })
     assert.equal(contextOf(engine).flashAttention, asked, choice)
+    assert.equal(modelOf(engine).defaultContextFlashAttention, asked, `${choice}: the embedding context's default`)
+    const vectors: number[][] = []
+    for await (const event of engine.embed({ input: ['hello'] })) if (event.type === 'embedding') vectors.push(event.vector)
+    assert.ok(vectors.length === 1 && vectors[0].length > 0 && vectors[0].every(Number.isFinite), `${choice}: an embedding`)
     assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, choice)
     await engine.close()
   }

@@ -17,7 +17,7 @@ interface ServeOptions {
   slots?: string
   queueSize?: string
   contextSize?: string
-  flashAttention: string
+  flashAttention?: string
   allowedOrigin: string[]
   allowedHost: string[]
   p2pListen: string[]
@@ -45,7 +45,7 @@ export function registerServe (program: Command): void {
     .option('--slots <n>', `requests the loaded model serves at once (default ${DEFAULT_SLOTS})`)
     .option('--queue-size <n>', `requests that may wait for a slot before new ones get 429 (default ${DEFAULT_QUEUE_SIZE})`)
     .option('--context-size <tokens>', `context tokens per slot, capped at the model's own (default ${DEFAULT_CONTEXT_SIZE})`)
-    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (auto: wherever the backend supports it, as llama-server)`, 'auto')
+    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (default auto: wherever the backend supports it, as llama-server)`)
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
@@ -68,7 +68,7 @@ export function registerServe (program: Command): void {
         slots: options.slots == null ? defaults.slots : wholeNumber('--slots', options.slots, 1, 64),
         queueSize: options.queueSize == null ? defaults.queueSize : wholeNumber('--queue-size', options.queueSize, 0, 10_000),
         contextSize: options.contextSize == null ? defaults.contextSize : wholeNumber('--context-size', options.contextSize, 128, 1_048_576),
-        flashAttention: flashAttention(options.flashAttention),
+        flashAttention: options.flashAttention == null ? defaults.flashAttention : flashAttention(options.flashAttention),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
