@@ -12,6 +12,8 @@ export type DirectJob =
 export interface DirectResult { ttftMs: number, lastMs: number, endMs: number, tokens: number, text: string }
 
 const [modelPath, slotsArgument, contextArgument, flashAttentionArgument = 'auto'] = process.argv.slice(2)
+// Mapped here rather than imported from src/inference: this process's memory is measured, and meshnode's modules are not
+// part of it.
 const flashAttention = flashAttentionArgument === 'auto' ? 'auto' : flashAttentionArgument === 'on'
 const slots = Number(slotsArgument)
 const llama = await getLlama({ gpu: false, build: 'never', maxThreads: 1, progressLogs: false })

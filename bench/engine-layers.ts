@@ -8,11 +8,12 @@
 // Each request is timed from its tokens to its 128th generated token, prompt included (a short one, ~36 tokens).
 //   node bench/engine-layers.ts [model.gguf]      BENCH_FLASH_ATTENTION=auto|on|off (default auto), BENCH_ROUNDS=3
 import { getLlama, LlamaChat, resolveChatWrapper, type Token } from 'node-llama-cpp'
+import { FLASH_ATTENTION_CHOICES, llamaFlashAttention, type FlashAttention } from '../src/inference/index.ts'
 
 const modelPath = process.argv[2] ?? new URL('../../shared/models/random-llama-24M-q8_0.gguf', import.meta.url).pathname
-const flashAttentionSetting = process.env.BENCH_FLASH_ATTENTION ?? 'auto'
-if (!['auto', 'on', 'off'].includes(flashAttentionSetting)) throw new Error(`BENCH_FLASH_ATTENTION must be auto, on or off, not ${flashAttentionSetting}`)
-const flashAttention = flashAttentionSetting === 'auto' ? 'auto' : flashAttentionSetting === 'on'
+const flashAttentionSetting = (process.env.BENCH_FLASH_ATTENTION ?? 'auto') as FlashAttention
+if (!FLASH_ATTENTION_CHOICES.includes(flashAttentionSetting)) throw new Error(`BENCH_FLASH_ATTENTION must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, not ${flashAttentionSetting}`)
+const flashAttention = llamaFlashAttention(flashAttentionSetting)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 const REQUESTS = 12
 const TOKENS = 128

@@ -9,6 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { loadavg, tmpdir } from 'node:os'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
+import { FLASH_ATTENTION_CHOICES, type FlashAttention } from '../src/inference/index.ts'
 import type { DirectJob, DirectResult } from './direct-engine.ts'
 import { BENCH_CACHE, ensureLlamaServer } from './llama-server-build.ts'
 import { ensureRandom135M } from './random-gguf.ts'
@@ -19,8 +20,8 @@ const SLOTS = 4
 /** Context per slot; llama-server gets SLOTS times this (its -c is the total it splits between slots). */
 const SLOT_CONTEXT = 2048
 /** `BENCH_FLASH_ATTENTION=auto|on|off` gives all three engines the same flash-attention setting (unset: their default, auto). */
-const FLASH_ATTENTION = process.env.BENCH_FLASH_ATTENTION ?? 'auto'
-if (!['auto', 'on', 'off'].includes(FLASH_ATTENTION)) throw new Error(`BENCH_FLASH_ATTENTION must be auto, on or off, not ${FLASH_ATTENTION}`)
+const FLASH_ATTENTION = (process.env.BENCH_FLASH_ATTENTION ?? 'auto') as FlashAttention
+if (!FLASH_ATTENTION_CHOICES.includes(FLASH_ATTENTION)) throw new Error(`BENCH_FLASH_ATTENTION must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, not ${FLASH_ATTENTION}`)
 /** `BENCH_LLAMA_SERVER=native|release`: which build of llama-server (bench/llama-server-build.ts). */
 const LLAMA_SERVER_BUILD = process.env.BENCH_LLAMA_SERVER ?? 'native'
 if (LLAMA_SERVER_BUILD !== 'native' && LLAMA_SERVER_BUILD !== 'release') throw new Error(`BENCH_LLAMA_SERVER must be native or release, not ${LLAMA_SERVER_BUILD}`)

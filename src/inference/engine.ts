@@ -100,6 +100,10 @@ export const DEFAULT_CONTEXT_SIZE = 4096
  */
 export type FlashAttention = 'auto' | 'on' | 'off'
 export const FLASH_ATTENTION_CHOICES: readonly FlashAttention[] = ['auto', 'on', 'off']
+/** A FlashAttention choice as node-llama-cpp takes it (`flashAttention`, `defaultContextFlashAttention`). */
+export function llamaFlashAttention (choice: FlashAttention): 'auto' | boolean {
+  return choice === 'auto' ? 'auto' : choice === 'on'
+}
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
 
@@ -175,7 +179,7 @@ export class LocalEngine implements ChatEngine {
       let model: LlamaModel
       try {
         // The model's default reaches every context made from it: the generation context and the embedding one.
-        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: this.flashAttention === 'auto' ? 'auto' : this.flashAttention === 'on' })
+        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: llamaFlashAttention(this.flashAttention) })
       } catch (err) {
         // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
         throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })

@@ -1,4 +1,4 @@
-export { LocalEngine, DEFAULT_SLOTS, DEFAULT_QUEUE_SIZE, DEFAULT_CONTEXT_SIZE, FLASH_ATTENTION_CHOICES } from './engine.ts'
+export { LocalEngine, DEFAULT_SLOTS, DEFAULT_QUEUE_SIZE, DEFAULT_CONTEXT_SIZE, FLASH_ATTENTION_CHOICES, llamaFlashAttention } from './engine.ts'
 export type { FlashAttention, LocalEngineDeps, LocalEngineOptions, LoadOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
 export type {
   ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent,
