@@ -152,13 +152,18 @@ export function letErasuresIn (Context: { prototype: object }, Sequence: { proto
       if (state.pending.size === 0) for (const resume of state.waiting.splice(0)) resume()
     }
   }
-  context._decodeTokens = async function (this: object, ...args: unknown[]): Promise<unknown> {
+  // Not an async function: with no erasure pending (nearly always) the decode's own promise is returned as it is. Two
+  // more promise hops per decode let node-llama-cpp's batch loop find its queue empty and let go of the lock before the
+  // sequence re-queued; taking it again cost ~0.1 ms per token (24M model, one stream: 1.88 against 1.79 ms).
+  context._decodeTokens = function (this: object, ...args: unknown[]): Promise<unknown> {
     const state = states.get(this)
     const id = (args[0] as { sequenceId?: unknown } | undefined)?.sequenceId
-    while (state != null && state.pending.size > 0 && !(typeof id === 'number' && state.pending.has(id))) {
-      await new Promise<void>((resolve) => { state.waiting.push(resolve) })
-    }
-    return await (decode as (...a: unknown[]) => Promise<unknown>).apply(this, args)
+    const held = (): boolean => state != null && state.pending.size > 0 && !(typeof id === 'number' && state.pending.has(id))
+    if (!held()) return (decode as (...a: unknown[]) => Promise<unknown>).apply(this, args)
+    return (async () => {
+      while (held()) await new Promise<void>((resolve) => { state?.waiting.push(resolve) })
+      return await (decode as (...a: unknown[]) => Promise<unknown>).apply(this, args)
+    })()
   }
   return true
 }

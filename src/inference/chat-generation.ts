@@ -1,10 +1,11 @@
-import type { ChatHistoryItem, GbnfJsonSchema, Llama, LlamaGrammar } from 'node-llama-cpp'
-import type { ChatEvent, ChatRequest, FinishReason, ResponseFormat } from './chat.ts'
+import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, GbnfJsonSchema, Llama, LlamaGrammar } from 'node-llama-cpp'
+import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
 import { llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
-import { metered, type ModelParts, type SlotWork } from './slot-work.ts'
+import { doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
+import { canLoop, runOnSlot } from './token-loop.ts'
 import { planTools, toChatHistory, ToolCallEvents } from './tools.ts'
 
 /**
@@ -31,9 +32,14 @@ export async function planChat (parts: ModelParts, request: ChatRequest): Promis
   const { maxTokens, sampling } = await planSampling(request, parts.model, room)
   const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
   const { LlamaChat } = await llamaModule()
+  // Plain text in a template without segments or prefix triggers: our own token loop runs it (token-loop.ts)
+  const loop = tools == null && grammar == null && plainTemplate(rendered, chatWrapper)
+    ? { tokens, sampling, maxTokens, stopTriggers: rendered.stopGenerationTriggers }
+    : null
   return {
     tokens,
     async run (slot, emit, signal) {
+      if (loop != null && canLoop(slot.sequence, sampling)) return await runOnSlot(slot, loop, emit, signal)
       const chat = new LlamaChat({ contextSequence: slot.sequence, chatWrapper })
       const calls = new ToolCallEvents(emit)
       try {
@@ -54,15 +60,23 @@ export async function planChat (parts: ModelParts, request: ChatRequest): Promis
                 onFunctionCall: (call) => { calls.called(call.functionName) }
               })
         }))
-        const stopReason = result.metadata.stopReason
-        if (stopReason === 'abort') throw signal.reason
-        const finishReason: FinishReason = stopReason === 'maxTokens' ? 'length' : stopReason === 'functionCalls' ? 'tool_calls' : 'stop'
-        return { type: 'done', finishReason, usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 } }
+        return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal)
       } finally {
         chat.dispose({ disposeSequence: false })
       }
     }
   }
+}
+
+/**
+ * Whether LlamaChat would do nothing for this rendering but generate and stop at its triggers: no text to skip at the
+ * start, no prefix triggers or re-rendering, no function call engaged from the start, no segments (thoughts, comments).
+ */
+function plainTemplate (state: ChatWrapperGeneratedContextState, chatWrapper: ChatWrapper): boolean {
+  const segments = chatWrapper.settings.segments
+  return (state.ignoreStartText ?? []).length === 0 && state.functionCall?.initiallyEngaged !== true &&
+    state.prefixTriggers == null && state.noPrefixTrigger == null && state.rerender == null && state.detectFunctionCalls == null &&
+    segments?.thought == null && segments?.comment == null
 }
 
 /** A history ending in a user turn gets an empty model turn to answer in; one ending in a model turn is continued. */

@@ -38,7 +38,7 @@ export interface SamplingRequest {
   temperature?: number | null
   /** Nucleus sampling, (0, 1]. Default 1 (off). */
   topP?: number | null
-  /** Sample only from the K most likely tokens; 0 or absent means all of them. */
+  /** Sample only from the K most likely tokens; 0 means all of them. Default DEFAULT_TOP_K (40), as llama-server. */
   topK?: number | null
   /** Strings that end the generation; the one that matched is not part of the text. */
   stop?: string[] | null

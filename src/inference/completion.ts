@@ -3,7 +3,8 @@ import type { CompletionEvent, CompletionRequest } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
 import { llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
-import { beginningToken, metered, type ModelParts, type SlotWork } from './slot-work.ts'
+import { beginningToken, doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
+import { canLoop, runOnSlot } from './token-loop.ts'
 
 /**
  * Plans a text completion: the model continues the prompt as raw text, no chat template. With a `suffix`, it fills
@@ -43,9 +44,13 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
   }
   const { maxTokens, sampling } = await planSampling(request, model, room)
   const { LlamaCompletion } = await llamaModule()
+  // A plain continuation stops only at end-of-generation tokens and the caller's strings: our own token loop runs it
+  // (token-loop.ts). Infill stops at the model's own infill tokens too, which LlamaCompletion knows.
+  const loop = infill ? null : { tokens, sampling, maxTokens, stopTriggers: [] }
   return {
     tokens,
     async run (slot, emit, signal) {
+      if (loop != null && canLoop(slot.sequence, sampling)) return await runOnSlot(slot, loop, emit, signal)
       const completion = new LlamaCompletion({ contextSequence: slot.sequence })
       const options = {
         ...sampling,
@@ -60,13 +65,7 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
         const { result, completionTokens } = await metered(slot, async () => infill
           ? await completion.generateInfillCompletionWithMeta(request.prompt, suffix, options)
           : await completion.generateCompletionWithMeta(request.prompt, options))
-        const stopReason = result.metadata.stopReason
-        if (stopReason === 'abort') throw signal.reason
-        return {
-          type: 'done',
-          finishReason: stopReason === 'maxTokens' ? 'length' : 'stop',
-          usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 }
-        }
+        return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal)
       } finally {
         completion.dispose({ disposeSequence: false })
       }

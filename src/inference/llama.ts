@@ -85,6 +85,52 @@ async function boundNumberGrammar (): Promise<void> {
   prototype.getGrammar = function (): string { return this.allowFractional ? NUMBER_GRAMMAR : INTEGER_GRAMMAR }
 }
 
+type TokenLike = NodeLlamaCpp.Token
+type StopTrigger = ReadonlyArray<string | TokenLike>
+interface TokenReleaseLock { dispose (): void }
+interface QueuedTokenRelease { createTextIndexLock (index: number): TokenReleaseLock, createTokenIndexLock (index: number): TokenReleaseLock }
+interface TriggeredStop { stopTrigger: StopTrigger }
+/** The parts of node-llama-cpp that LlamaCompletion generates with and that its index does not export (token-loop.ts). */
+export interface LlamaInternals {
+  LlamaSampler: new (model: NodeLlamaCpp.LlamaModel) => { readonly _sampler: unknown, applyConfig (config: object): void, dispose (): void }
+  StopGenerationDetector: {
+    new (): {
+      addStopTrigger (trigger: StopTrigger): void
+      recordGeneration (generation: { text: string, tokens: TokenLike[], queuedTokenRelease: QueuedTokenRelease }): void
+      readonly hasTriggeredStops: boolean
+      getTriggeredStops (): TriggeredStop[]
+    }
+    resolveStopTriggers (triggers: ReadonlyArray<NodeLlamaCpp.LlamaText | string | StopTrigger>, tokenizer: NodeLlamaCpp.Tokenizer): StopTrigger[]
+  }
+  TokenStreamRegulator: new () => {
+    addChunk (chunk: { tokens: TokenLike[], text: string }): QueuedTokenRelease
+    popFreeChunkTokens (): TokenLike[]
+    getPartiallyFreeChunk (tokenizer: NodeLlamaCpp.Tokenizer): { tokens: TokenLike[], text: string }
+  }
+  getQueuedTokensBeforeStopTrigger (triggered: TriggeredStop[], partiallyFree: { tokens: TokenLike[], text: string }, tokenizer: NodeLlamaCpp.Tokenizer): TokenLike[]
+}
+let internals: Promise<LlamaInternals> | null = null
+
+/** node-llama-cpp's internal modules, by their files in the pinned package (as `boundNumberGrammar` reaches its own). */
+export async function llamaInternals (): Promise<LlamaInternals> {
+  internals ??= (async () => {
+    await llamaModule() // the same module instances node-llama-cpp itself loaded
+    const file = async (path: string): Promise<Record<string, unknown>> =>
+      await import(new URL(path, import.meta.resolve('node-llama-cpp')).href) as Record<string, unknown>
+    const [sampler, detector, regulator, before] = await Promise.all([
+      file('./evaluator/LlamaContext/LlamaSampler.js'), file('./utils/StopGenerationDetector.js'),
+      file('./utils/TokenStreamRegulator.js'), file('./utils/getQueuedTokensBeforeStopTrigger.js')
+    ])
+    return {
+      LlamaSampler: sampler.LlamaSampler,
+      StopGenerationDetector: detector.StopGenerationDetector,
+      TokenStreamRegulator: regulator.TokenStreamRegulator,
+      getQueuedTokensBeforeStopTrigger: before.getQueuedTokensBeforeStopTrigger
+    } as LlamaInternals
+  })()
+  return await internals
+}
+
 /** Whether node-llama-cpp's sampling is guarded (see `guardSampling`); false means its private API changed. */
 export async function guardedSampling (): Promise<boolean> {
   const { LlamaContextSequence } = await llamaModule()

@@ -25,14 +25,12 @@ export const MAX_LOGIT_BIAS = 100
 export const MAX_LOGIT_BIAS_ENTRIES = 1024
 
 /**
- * "Sample from every token" in node-llama-cpp's terms. Left out (undefined), it applies its own top-k of 40; 0 builds a
- * top-k stage over the whole vocabulary, which sorts every candidate before each sample: measured on the 24M model
- * (32k tokens) at temperature 1, 4.5 ms of CPU per token instead of 2.5, 175-183 tok/s instead of 295-300, and the
- * sort grows with the vocabulary (150k for Qwen). null is dropped from the sampler configuration it sends to
- * llama.cpp (its `removeNullFields`), so no top-k stage exists and the final sampler draws from the whole
- * distribution unsorted. The option's declared type is a number, hence the cast.
+ * top_k when a request gives none: 40, llama-server's and Ollama's default, and what node-llama-cpp applies to an option
+ * left out. `top_k: 0` samples from every token: node-llama-cpp then sorts the whole vocabulary before each sample
+ * (measured on the 24M model, 32k tokens: 4.5 ms of CPU per token instead of 2.5), which our own token loop spares
+ * (token-loop.ts: no top-k stage at all, the same distribution).
  */
-const NO_TOP_K = null as unknown as number
+export const DEFAULT_TOP_K = 40
 
 export type Sampling = Pick<LLamaChatGenerateResponseOptions,
   'temperature' | 'topP' | 'topK' | 'seed' | 'repeatPenalty' | 'customStopTriggers' | 'tokenBias'>
@@ -48,13 +46,12 @@ export async function planSampling (request: SamplingRequest, model: LlamaModel,
   const presencePenalty = optionalNumber(request.presencePenalty, 'presencePenalty', { min: -2, max: 2 }) ?? 0
   const frequencyPenalty = optionalNumber(request.frequencyPenalty, 'frequencyPenalty', { min: -2, max: 2 }) ?? 0
   const seed = optionalNumber(request.seed, 'seed', { integer: true })
-  const topK = optionalNumber(request.topK, 'topK', { min: 0, integer: true }) ?? 0 // 0: all tokens, as in OpenAI's API
   return {
     maxTokens,
     sampling: {
       temperature: askedTemperature < GREEDY_BELOW_TEMPERATURE ? 0 : askedTemperature,
       topP: optionalNumber(request.topP, 'topP', { min: 0, max: 1 }) ?? 1,
-      topK: topK === 0 ? NO_TOP_K : topK,
+      topK: optionalNumber(request.topK, 'topK', { min: 0, integer: true }) ?? DEFAULT_TOP_K,
       // node-llama-cpp seeds from the clock in whole seconds, so two requests in the same second would sample
       // alike. llama.cpp takes a uint32 and reads 0xFFFFFFFF as "random", so any integer maps below that.
       seed: seed == null ? randomInt(SEED_RANGE) : ((seed % SEED_RANGE) + SEED_RANGE) % SEED_RANGE,

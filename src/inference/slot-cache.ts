@@ -64,8 +64,8 @@ export function chooseSlot (free: readonly CachedSlot[], requester: Requester, t
 
 /**
  * Makes a slot the requester's before its generation: a slot holding someone else's tokens (or a failed
- * generation's) is cleared. Returns how many prompt tokens the generation will reuse rather than evaluate; node-llama-
- * cpp's LlamaChat trims the sequence to that shared prefix itself.
+ * generation's) is cleared. Returns how many prompt tokens the generation will reuse rather than evaluate; the
+ * generation (LlamaChat, LlamaCompletion or our token loop) trims the sequence to that shared prefix itself.
  */
 export async function prepareSlot (slot: CachedSlot, requester: Requester, tokens: readonly Token[]): Promise<number> {
   slot.lastUsed = performance.now()

@@ -1,5 +1,5 @@
 import type { ChatWrapper, Llama, LlamaContextSequence, LlamaModel, Token } from 'node-llama-cpp'
-import type { DoneEvent } from './chat.ts'
+import type { DoneEvent, FinishReason } from './chat.ts'
 import type { CachedSlot } from './slot-cache.ts'
 
 // The contract between the engine, which owns the slots and the queue, and each kind of generation (chat, text
@@ -41,6 +41,16 @@ export async function metered<T> (slot: Slot, generate: () => Promise<T>): Promi
   const before = slot.sequence.tokenMeter.getState()
   const result = await generate()
   return { result, completionTokens: slot.sequence.tokenMeter.diff(before).usedOutputTokens }
+}
+
+/**
+ * The `done` event of a generation that stopped for `stopReason` (node-llama-cpp's, or the token loop's); an aborted
+ * one throws `signal.reason` instead. `cachedTokens` is 0: the engine, which prepared the slot, fills it in.
+ */
+export function doneEvent (stopReason: string, promptTokens: number, completionTokens: number, signal: AbortSignal): DoneEvent {
+  if (stopReason === 'abort') throw signal.reason
+  const finishReason: FinishReason = stopReason === 'maxTokens' ? 'length' : stopReason === 'functionCalls' ? 'tool_calls' : 'stop'
+  return { type: 'done', finishReason, usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 } }
 }
 
 /** The token a model puts before every prompt, as node-llama-cpp decides it for text completions. */

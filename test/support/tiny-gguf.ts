@@ -21,6 +21,11 @@ export interface TinyGgufOptions {
   contextLength?: number
   /** Adds fill-in-the-middle tokens (`<|fim_prefix|>`, `<|fim_suffix|>`, `<|fim_middle|>`), as code models have. */
   infill?: boolean
+  /**
+   * End tokens and byte tokens get weights too (by default they are never chosen): a sampled answer then ends by itself,
+   * and holds characters that span tokens, or broken ones.
+   */
+  unruly?: boolean
 }
 
 export interface TinyGguf { path: string, sha256: string, sizeBytes: number }
@@ -118,7 +123,7 @@ export type GgufTensor =
   | { name: string, dims: number[], type: 'q8_0', data: Buffer }
 
 function encodeTinyGguf (options: TinyGgufOptions): Buffer {
-  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false } = options
+  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false, unruly = false } = options
   const vocabulary = buildVocabulary(infill)
   const metadata: Array<[string, MetadataValue]> = [
     ['general.architecture', { type: 'string', value: 'llama' }],
@@ -154,7 +159,7 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
       ['tokenizer.ggml.fim_mid_token_id', { type: 'u32', value: middle }]
     )
   }
-  return encodeGguf(metadata, buildTensors(vocabulary, seed))
+  return encodeGguf(metadata, buildTensors(vocabulary, seed, unruly))
 }
 
 /** A whole GGUF (v3) file: the metadata in order, then the tensors' descriptions and their aligned data. */
@@ -185,7 +190,7 @@ export function encodeGguf (metadata: ReadonlyArray<[string, MetadataValue]>, te
   return out.toBuffer()
 }
 
-function buildTensors (vocabulary: Vocabulary, seed: number): GgufTensor[] {
+function buildTensors (vocabulary: Vocabulary, seed: number, unruly: boolean): GgufTensor[] {
   const random = normalGenerator(seed)
   const vocab = vocabulary.tokens.length
   const kv = HEAD_DIM * KV_HEADS
@@ -195,9 +200,11 @@ function buildTensors (vocabulary: Vocabulary, seed: number): GgufTensor[] {
   const output = noise(EMBEDDING * vocab, 0.2)
   // Zero logits for every non-normal token: random weights would otherwise sometimes pick </s> or <|im_end|> first
   // (an empty answer) or a lone UTF-8 byte (unreadable text). With greedy sampling the answer is always words, and
-  // the model never stops by itself: tests bound it with maxTokens.
+  // the model never stops by itself: tests bound it with maxTokens. `unruly` keeps the end tokens and the bytes.
+  const kept = (token: number): boolean => vocabulary.types[token] === TOKEN_NORMAL ||
+    (unruly && (vocabulary.types[token] === TOKEN_BYTE || ['</s>', '<|im_end|>'].includes(vocabulary.tokens[token])))
   for (let token = 0; token < vocab; token++) {
-    if (vocabulary.types[token] !== TOKEN_NORMAL) output.fill(0, token * EMBEDDING, (token + 1) * EMBEDDING)
+    if (!kept(token)) output.fill(0, token * EMBEDDING, (token + 1) * EMBEDDING)
   }
   const tensors: GgufTensor[] = [
     { name: 'token_embd.weight', dims: [EMBEDDING, vocab], type: 'f32', data: noise(EMBEDDING * vocab, 1) },
