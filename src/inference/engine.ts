@@ -5,7 +5,7 @@
 // completion, embeddings, chunk-queue).
 import { stat } from 'node:fs/promises'
 import { availableParallelism } from 'node:os'
-import type { Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp'
+import type { GgufFileInfo, Llama, LlamaContext, LlamaModel, Token } from 'node-llama-cpp'
 import type {
   ChatEngine, ChatEvent, ChatRequest, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent, EmbeddingRequest,
   GenerateOptions, InferenceEvent, InferenceRequest
@@ -94,15 +94,28 @@ export const DEFAULT_QUEUE_SIZE = 16
 /** Tokens one request may use, prompt and answer together, unless the model was trained with fewer: the node's default too. */
 export const DEFAULT_CONTEXT_SIZE = 4096
 /**
- * Flash attention, as llama-server's `-fa` and node-llama-cpp's `flashAttention` take it: `auto` lets llama.cpp use it
- * wherever the backend supports it (llama-server's default, and ours). Whether it pays on a CPU depends on the model and
- * on how far into the context a request is (bench/README.md, bench:llama-server, "Session 8"), so a user can choose.
+ * Flash attention, as llama-server's `-fa` and node-llama-cpp's `flashAttention` take it: `on`, `off`, or `auto`
+ * (llama-server's default, and ours), which lets llama.cpp use it wherever the backend supports it, except on the CPU
+ * for a model whose attention heads are not a multiple of FLASH_ATTENTION_HEAD_STEP wide (`resolveFlashAttention`).
  */
 export type FlashAttention = 'auto' | 'on' | 'off'
 export const FLASH_ATTENTION_CHOICES: readonly FlashAttention[] = ['auto', 'on', 'off']
 /** A FlashAttention choice as node-llama-cpp takes it (`flashAttention`, `defaultContextFlashAttention`). */
 export function llamaFlashAttention (choice: FlashAttention): 'auto' | boolean {
   return choice === 'auto' ? 'auto' : choice === 'on'
+}
+/**
+ * On the CPU, llama.cpp's flash attention takes a head's dot products FLASH_ATTENTION_HEAD_STEP values at a time (its
+ * AVX-512 f16 step) and the rest one value at a time, which node-llama-cpp's prebuilt CPU libraries run slowly:
+ * measured (bench/README.md, "Session 9"), 780 tokens into the context a token took 2.0x as long with it for heads of
+ * 48, 1.3x for 96, and no longer for 64 or 128; at the start of a context it gained up to 10 % for 96 and 128. So on the
+ * CPU `auto` leaves it off for such heads. (llama-server built with a newer compiler pays nothing for it.)
+ */
+export const FLASH_ATTENTION_HEAD_STEP = 64
+/** What `choice` means for one model: `headSize` from its GGUF (null if it does not say), `onCpu` where it runs. */
+export function resolveFlashAttention (choice: FlashAttention, headSize: number | null, onCpu: boolean): 'auto' | boolean {
+  if (choice === 'auto' && onCpu && headSize != null && headSize % FLASH_ATTENTION_HEAD_STEP !== 0) return false
+  return llamaFlashAttention(choice)
 }
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
@@ -168,7 +181,7 @@ export class LocalEngine implements ChatEngine {
     const step = this.serially(async () => {
       if (this.closed) throw new ModelLoadError(modelID, 'the engine is closed')
       // A missing or non-GGUF file is refused while the current model still serves
-      const sizeBytes = await inspectModelFile(modelID, path)
+      const { sizeBytes, headSize } = await inspectModelFile(modelID, path)
       if (options.whenIdle === true && this.active != null) await idle(this.active)
       await this.unloadActive(`replaced by ${modelID}`)
       // Three memory-reducing collections (heap.ts) keep what loading leaves behind from raising the process's peak: the
@@ -176,10 +189,11 @@ export class LocalEngine implements ChatEngine {
       compactHeap()
       const started = performance.now()
       const llama = await this.accelerator.llama(this.threads)
+      // The model's default reaches every context made from it: the generation context and the embedding one.
+      const flashAttention = resolveFlashAttention(this.flashAttention, headSize, llama.gpu === false)
       let model: LlamaModel
       try {
-        // The model's default reaches every context made from it: the generation context and the embedding one.
-        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: llamaFlashAttention(this.flashAttention) })
+        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: flashAttention })
       } catch (err) {
         // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
         throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
@@ -193,7 +207,7 @@ export class LocalEngine implements ChatEngine {
       }
       const loadMs = Math.round(performance.now() - started)
       compactHeap() // and what resolving the chat template left
-      this.log.info({ ...this.active.info, loadMs }, 'model loaded')
+      this.log.info({ ...this.active.info, flashAttention, loadMs }, 'model loaded')
       return this.active.info
     })
     // From now until the load is done, new requests wait for the model it brings instead of being admitted on the
@@ -464,7 +478,8 @@ function integerOption (name: string, value: number, min: number): number {
   return value
 }
 
-async function inspectModelFile (modelID: string, path: string): Promise<number> {
+/** The file's size, and the width of its attention heads (null when its GGUF does not say). */
+async function inspectModelFile (modelID: string, path: string): Promise<{ sizeBytes: number, headSize: number | null }> {
   let sizeBytes: number
   try {
     sizeBytes = (await stat(path)).size
@@ -472,15 +487,20 @@ async function inspectModelFile (modelID: string, path: string): Promise<number>
     // ENOENT or EACCES: say which file, instead of node-llama-cpp's less direct failure later
     throw new ModelLoadError(modelID, `cannot read ${path} (${errorMessage(err)})`, { cause: err })
   }
+  let info: GgufFileInfo
   try {
     // metadata only; 'filesystem' so a path that looks like a URL is never fetched
     const { readGgufFileInfo } = await llamaModule()
-    await readGgufFileInfo(path, { sourceType: 'filesystem', readTensorInfo: false, logWarnings: false })
+    info = await readGgufFileInfo(path, { sourceType: 'filesystem', readTensorInfo: false, logWarnings: false })
   } catch (err) {
     // a wrong magic, an unsupported GGUF version or a truncated header
     throw new ModelLoadError(modelID, `${path} is not a GGUF file (${errorMessage(err)})`, { cause: err })
   }
-  return sizeBytes
+  const architecture = info.architectureMetadata as { embedding_length?: number, attention?: { head_count?: number, key_length?: number } } | undefined
+  const heads = architecture?.attention?.head_count
+  const headSize = architecture?.attention?.key_length ??
+    (architecture?.embedding_length != null && typeof heads === 'number' && heads > 0 ? architecture.embedding_length / heads : null)
+  return { sizeBytes, headSize: Number.isSafeInteger(headSize) ? headSize : null }
 }
 
 function errorMessage (err: unknown): string {

@@ -8,6 +8,7 @@ import {
   InvalidGenerationRequestError, LocalEngine, ModelLoadError, NoModelLoadedError, QueueFullError,
   type ChatEvent, type ChatRequest, type GenerateOptions, type LocalEngineOptions
 } from '../../src/inference/index.ts'
+import { resolveFlashAttention } from '../../src/inference/engine.ts'
 import { TINY_GGUF_CONTEXT_LENGTH, writeTinyGguf } from '../support/tiny-gguf.ts'
 
 // The tiny model never ends an answer by itself (its end tokens are never the likeliest), so maxTokens bounds every
@@ -312,6 +313,17 @@ await test('a GGUF whose tensors are cut off fails to load and leaves no model l
   await assert.rejects(answer(engine, HELLO), NoModelLoadedError)
 })
 
+await test('flash attention for a model: auto leaves it to llama.cpp except on the CPU for heads not a multiple of 64', () => {
+  for (const head of [64, 128, 256]) assert.equal(resolveFlashAttention('auto', head, true), 'auto', `head ${head}`)
+  for (const head of [16, 48, 80, 96]) {
+    assert.equal(resolveFlashAttention('auto', head, true), false, `head ${head} on the CPU`)
+    assert.equal(resolveFlashAttention('auto', head, false), 'auto', `head ${head} on a GPU`)
+    assert.equal(resolveFlashAttention('on', head, true), true, `head ${head}, asked for`)
+  }
+  assert.equal(resolveFlashAttention('auto', null, true), 'auto', 'a GGUF that does not say')
+  assert.equal(resolveFlashAttention('off', 64, false), false)
+})
+
 await test('flashAttention reaches llama.cpp\'s context as chosen, every choice generates, and an unknown one is refused', async (t) => {
   // The context and model are the engine's own; node-llama-cpp's getters report what the engine asked llama.cpp for:
   // the generation context's setting, and the model's default, which the embedding context takes.
@@ -319,16 +331,23 @@ await test('flashAttention reaches llama.cpp\'s context as chosen, every choice 
     (engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context
   const modelOf = (engine: LocalEngine): { defaultContextFlashAttention: boolean | 'auto' } =>
     (engine as unknown as { active: { model: { defaultContextFlashAttention: boolean | 'auto' } } }).active.model
-  for (const [choice, asked] of [['auto', 'auto'], ['on', true], ['off', false]] as const) {
-    const engine = await startEngine(t, { flashAttention: choice })
-    assert.equal(contextOf(engine).flashAttention, asked, choice)
-    assert.equal(modelOf(engine).defaultContextFlashAttention, asked, `${choice}: the embedding context's default`)
+  const { path: wide } = await writeTinyGguf(join(await tempDir(t), 'one-head.gguf'), { seed: 1, oneHead: true })
+  // `auto` on the CPU: llama.cpp's own choice for heads of 64, off for the default tiny model's heads of 16
+  for (const [choice, oneHead, asked] of [['auto', true, 'auto'], ['auto', false, false], ['on', false, true], ['off', true, false]] as const) {
+    const engine = oneHead ? new LocalEngine({}, { threads: 1, flashAttention: choice }) : await startEngine(t, { flashAttention: choice })
+    if (oneHead) await engine.load('one-head', wide)
+    const label = `${choice}, heads of ${oneHead ? 64 : 16}`
+    assert.equal(contextOf(engine).flashAttention, asked, label)
+    assert.equal(modelOf(engine).defaultContextFlashAttention, asked, `${label}: the embedding context's default`)
     const vectors: number[][] = []
     for await (const event of engine.embed({ input: ['hello'] })) if (event.type === 'embedding') vectors.push(event.vector)
-    assert.ok(vectors.length === 1 && vectors[0].length > 0 && vectors[0].every(Number.isFinite), `${choice}: an embedding`)
-    assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, choice)
+    assert.ok(vectors.length === 1 && vectors[0].length > 0 && vectors[0].every(Number.isFinite), `${label}: an embedding`)
+    assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, label)
     await engine.close()
   }
-  assert.equal(contextOf(await startEngine(t)).flashAttention, 'auto', 'the default is llama-server\'s')
+  const byDefault = new LocalEngine({}, { threads: 1 })
+  t.after(() => byDefault.close())
+  await byDefault.load('one-head', wide)
+  assert.equal(contextOf(byDefault).flashAttention, 'auto', 'the default is llama-server\'s')
   assert.throws(() => new LocalEngine({}, { flashAttention: 'fast' as 'on' }), /flashAttention must be one of auto, on, off, got fast/)
 })

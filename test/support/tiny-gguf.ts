@@ -26,6 +26,8 @@ export interface TinyGgufOptions {
    * and holds characters that span tokens, or broken ones.
    */
   unruly?: boolean
+  /** One attention head as wide as the embedding (64 values) instead of four of 16: a head size real models have. */
+  oneHead?: boolean
 }
 
 export interface TinyGguf { path: string, sha256: string, sizeBytes: number }
@@ -39,7 +41,6 @@ const EMBEDDING = 64
 const LAYERS = 2
 const HEADS = 4
 const KV_HEADS = 2 // fewer kv heads than heads exercises grouped-query attention, as in real small models
-const HEAD_DIM = EMBEDDING / HEADS
 const FFN = 128
 const RMS_EPS = 1e-5
 
@@ -123,7 +124,9 @@ export type GgufTensor =
   | { name: string, dims: number[], type: 'q8_0', data: Buffer }
 
 function encodeTinyGguf (options: TinyGgufOptions): Buffer {
-  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false, unruly = false } = options
+  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false, unruly = false, oneHead = false } = options
+  const heads = oneHead ? 1 : HEADS
+  const kvHeads = oneHead ? 1 : KV_HEADS
   const vocabulary = buildVocabulary(infill)
   const metadata: Array<[string, MetadataValue]> = [
     ['general.architecture', { type: 'string', value: 'llama' }],
@@ -135,9 +138,9 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
     ['llama.embedding_length', { type: 'u32', value: EMBEDDING }],
     ['llama.block_count', { type: 'u32', value: LAYERS }],
     ['llama.feed_forward_length', { type: 'u32', value: FFN }],
-    ['llama.attention.head_count', { type: 'u32', value: HEADS }],
-    ['llama.attention.head_count_kv', { type: 'u32', value: KV_HEADS }],
-    ['llama.rope.dimension_count', { type: 'u32', value: HEAD_DIM }],
+    ['llama.attention.head_count', { type: 'u32', value: heads }],
+    ['llama.attention.head_count_kv', { type: 'u32', value: kvHeads }],
+    ['llama.rope.dimension_count', { type: 'u32', value: EMBEDDING / heads }],
     ['llama.rope.freq_base', { type: 'f32', value: 10000 }],
     ['llama.attention.layer_norm_rms_epsilon', { type: 'f32', value: RMS_EPS }],
     ['tokenizer.ggml.model', { type: 'string', value: 'llama' }],
@@ -159,7 +162,7 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
       ['tokenizer.ggml.fim_mid_token_id', { type: 'u32', value: middle }]
     )
   }
-  return encodeGguf(metadata, buildTensors(vocabulary, seed, unruly))
+  return encodeGguf(metadata, buildTensors(vocabulary, seed, unruly, (EMBEDDING / heads) * kvHeads))
 }
 
 /** A whole GGUF (v3) file: the metadata in order, then the tensors' descriptions and their aligned data. */
@@ -190,10 +193,9 @@ export function encodeGguf (metadata: ReadonlyArray<[string, MetadataValue]>, te
   return out.toBuffer()
 }
 
-function buildTensors (vocabulary: Vocabulary, seed: number, unruly: boolean): GgufTensor[] {
+function buildTensors (vocabulary: Vocabulary, seed: number, unruly: boolean, kv: number): GgufTensor[] {
   const random = normalGenerator(seed)
   const vocab = vocabulary.tokens.length
-  const kv = HEAD_DIM * KV_HEADS
   const ones = (n: number): Float32Array => new Float32Array(n).fill(1)
   const noise = (n: number, scale: number): Float32Array => Float32Array.from({ length: n }, () => random() * scale)
   // ggml lists dims innermost first: a [EMBEDDING, vocab] matrix is vocab rows of EMBEDDING floats
