@@ -313,9 +313,9 @@ await test('a GGUF whose tensors are cut off fails to load and leaves no model l
   await assert.rejects(answer(engine, HELLO), NoModelLoadedError)
 })
 
-await test('flash attention for a model: auto leaves it to llama.cpp except on the CPU for heads not a multiple of 64', () => {
-  for (const head of [64, 128, 256]) assert.equal(resolveFlashAttention('auto', head, true), 'auto', `head ${head}`)
-  for (const head of [16, 48, 80, 96]) {
+await test('flash attention for a model: auto leaves it to llama.cpp except on the CPU for heads narrower than 64', () => {
+  for (const head of [64, 80, 96, 128, 256]) assert.equal(resolveFlashAttention('auto', head, true), 'auto', `head ${head}`)
+  for (const head of [16, 32, 48]) {
     assert.equal(resolveFlashAttention('auto', head, true), false, `head ${head} on the CPU`)
     assert.equal(resolveFlashAttention('auto', head, false), 'auto', `head ${head} on a GPU`)
     assert.equal(resolveFlashAttention('on', head, true), true, `head ${head}, asked for`)

@@ -45,7 +45,7 @@ export function registerServe (program: Command): void {
     .option('--slots <n>', `requests the loaded model serves at once (default ${DEFAULT_SLOTS})`)
     .option('--queue-size <n>', `requests that may wait for a slot before new ones get 429 (default ${DEFAULT_QUEUE_SIZE})`)
     .option('--context-size <tokens>', `context tokens per slot, capped at the model's own (default ${DEFAULT_CONTEXT_SIZE})`)
-    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (default auto: wherever the backend supports it, as llama-server, except on the CPU for heads not a multiple of 64 wide)`)
+    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (default auto: wherever the backend supports it, as llama-server, except on the CPU for heads narrower than 64)`)
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
