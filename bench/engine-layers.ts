@@ -2,9 +2,11 @@
 // greedy, the same prompts, the three ways interleaved request by request.
 //   addon:    its native addon driven directly (initBatch, addToBatch, decodeBatch, sampleToken: two native calls per
 //             token and nothing else), through private fields of node-llama-cpp 3.22 (`context._ctx`,
-//             `llama._bindings`). The floor any JavaScript driver of these bindings can reach; meshnode does not use it.
+//             `llama._bindings`). The floor any JavaScript driver of these bindings can reach; meshnode's token loop
+//             (src/inference/token-loop.ts) queues its decodes one level up, on node-llama-cpp's context.
 //   evaluate: `sequence.evaluate(tokens)`, node-llama-cpp's token generator (its batch loop, locks, sampler config).
-//   chat:     `LlamaChat.generateResponse`, what meshnode runs (chat template, stop detection, text chunks).
+//   chat:     `LlamaChat.generateResponse`, what meshnode runs for tools and grammars (chat template, stop detection, text
+//             chunks).
 // Each request is timed from its tokens to its 128th generated token, prompt included (a short one, ~36 tokens).
 //   node bench/engine-layers.ts [model.gguf]      BENCH_FLASH_ATTENTION=auto|on|off (default auto), BENCH_ROUNDS=3
 import { getLlama, LlamaChat, resolveChatWrapper, type Token } from 'node-llama-cpp'

@@ -2,7 +2,7 @@ import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, Gb
 import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
-import { llamaModule } from './llama.ts'
+import { llamaInternals, llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
 import { canLoop, runOnSlot } from './token-loop.ts'
@@ -33,9 +33,8 @@ export async function planChat (parts: ModelParts, request: ChatRequest): Promis
   const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
   const { LlamaChat } = await llamaModule()
   // Plain text in a template without segments or prefix triggers: our own token loop runs it (token-loop.ts)
-  const loop = tools == null && grammar == null && plainTemplate(rendered, chatWrapper)
-    ? { tokens, sampling, maxTokens, stopTriggers: rendered.stopGenerationTriggers }
-    : null
+  const internals = tools == null && grammar == null && plainTemplate(rendered, chatWrapper) ? await llamaInternals() : null
+  const loop = internals == null ? null : { tokens, sampling, maxTokens, stopTriggers: rendered.stopGenerationTriggers, internals }
   return {
     tokens,
     async run (slot, emit, signal) {

@@ -1,7 +1,7 @@
 import type { Token } from 'node-llama-cpp'
 import type { CompletionEvent, CompletionRequest } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
-import { llamaModule } from './llama.ts'
+import { llamaInternals, llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { beginningToken, doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
 import { canLoop, runOnSlot } from './token-loop.ts'
@@ -45,8 +45,10 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
   const { maxTokens, sampling } = await planSampling(request, model, room)
   const { LlamaCompletion } = await llamaModule()
   // A plain continuation stops only at end-of-generation tokens and the caller's strings: our own token loop runs it
-  // (token-loop.ts). Infill stops at the model's own infill tokens too, which LlamaCompletion knows.
-  const loop = infill ? null : { tokens, sampling, maxTokens, stopTriggers: [] }
+  // (token-loop.ts). Infill, and Gemma's completions, also stop at tokens of the model's own that LlamaCompletion knows.
+  const architecture = String(model.fileInfo.metadata.general.architecture)
+  const internals = infill || architecture === 'gemma' || architecture === 'gemma2' ? null : await llamaInternals()
+  const loop = internals == null ? null : { tokens, sampling, maxTokens, stopTriggers: [], internals }
   return {
     tokens,
     async run (slot, emit, signal) {

@@ -190,7 +190,9 @@ export class LocalEngine implements ChatEngine {
       compactHeap()
       const started = performance.now()
       const llama = await this.accelerator.llama(this.threads)
-      // The model's default reaches every context made from it: the generation context and the embedding one.
+      // The model's default reaches every context made from it: the generation context and the embedding one (which
+      // takes no setting of its own), so it is chosen before the load, by the build: a GPU build that ends up placing
+      // no layer on the GPU keeps llama.cpp's auto.
       const flashAttention = resolveFlashAttention(this.flashAttention, headSize, llama.gpu === false)
       let model: LlamaModel
       try {
@@ -497,11 +499,15 @@ async function inspectModelFile (modelID: string, path: string): Promise<{ sizeB
     // a wrong magic, an unsupported GGUF version or a truncated header
     throw new ModelLoadError(modelID, `${path} is not a GGUF file (${errorMessage(err)})`, { cause: err })
   }
-  const architecture = info.architectureMetadata as { embedding_length?: number, attention?: { head_count?: number, key_length?: number } } | undefined
+  // As node-llama-cpp's GgufInsights reads it: key_length, else embedding_length / head_count; flash attention walks
+  // the values as well as the keys, so the narrower of the two
+  const architecture = info.architectureMetadata as { embedding_length?: number, attention?: { head_count?: unknown, key_length?: number, value_length?: number } } | undefined
   const heads = architecture?.attention?.head_count
-  const headSize = architecture?.attention?.key_length ??
-    (architecture?.embedding_length != null && typeof heads === 'number' && heads > 0 ? architecture.embedding_length / heads : null)
-  return { sizeBytes, headSize: Number.isSafeInteger(headSize) ? headSize : null }
+  const byHeads = architecture?.embedding_length != null && typeof heads === 'number' && heads > 0 ? architecture.embedding_length / heads : null
+  const keys = architecture?.attention?.key_length ?? byHeads
+  const values = architecture?.attention?.value_length ?? keys
+  const headSize = keys == null || values == null ? null : Math.min(keys, values)
+  return { sizeBytes, headSize: headSize != null && Number.isSafeInteger(headSize) ? headSize : null }
 }
 
 function errorMessage (err: unknown): string {

@@ -109,24 +109,32 @@ export interface LlamaInternals {
   }
   getQueuedTokensBeforeStopTrigger (triggered: TriggeredStop[], partiallyFree: { tokens: TokenLike[], text: string }, tokenizer: NodeLlamaCpp.Tokenizer): TokenLike[]
 }
-let internals: Promise<LlamaInternals> | null = null
+let internals: Promise<LlamaInternals | null> | null = null
 
-/** node-llama-cpp's internal modules, by their files in the pinned package (as `boundNumberGrammar` reaches its own). */
-export async function llamaInternals (): Promise<LlamaInternals> {
+/**
+ * node-llama-cpp's internal modules, by their files in the pinned package (as `boundNumberGrammar` reaches its own);
+ * null if any is missing or changed shape, and then generations run on LlamaChat and LlamaCompletion alone.
+ */
+export async function llamaInternals (): Promise<LlamaInternals | null> {
   internals ??= (async () => {
     await llamaModule() // the same module instances node-llama-cpp itself loaded
     const file = async (path: string): Promise<Record<string, unknown>> =>
       await import(new URL(path, import.meta.resolve('node-llama-cpp')).href) as Record<string, unknown>
-    const [sampler, detector, regulator, before] = await Promise.all([
-      file('./evaluator/LlamaContext/LlamaSampler.js'), file('./utils/StopGenerationDetector.js'),
-      file('./utils/TokenStreamRegulator.js'), file('./utils/getQueuedTokensBeforeStopTrigger.js')
-    ])
-    return {
-      LlamaSampler: sampler.LlamaSampler,
-      StopGenerationDetector: detector.StopGenerationDetector,
-      TokenStreamRegulator: regulator.TokenStreamRegulator,
-      getQueuedTokensBeforeStopTrigger: before.getQueuedTokensBeforeStopTrigger
-    } as LlamaInternals
+    try {
+      const [sampler, detector, regulator, before] = await Promise.all([
+        file('./evaluator/LlamaContext/LlamaSampler.js'), file('./utils/StopGenerationDetector.js'),
+        file('./utils/TokenStreamRegulator.js'), file('./utils/getQueuedTokensBeforeStopTrigger.js')
+      ])
+      const parts = {
+        LlamaSampler: sampler.LlamaSampler,
+        StopGenerationDetector: detector.StopGenerationDetector,
+        TokenStreamRegulator: regulator.TokenStreamRegulator,
+        getQueuedTokensBeforeStopTrigger: before.getQueuedTokensBeforeStopTrigger
+      }
+      return Object.values(parts).every((part) => typeof part === 'function') ? parts as LlamaInternals : null
+    } catch {
+      return null
+    }
   })()
   return await internals
 }

@@ -1,6 +1,6 @@
 import type { LlamaContextSequence, LlamaText, Token } from 'node-llama-cpp'
 import type { DoneEvent } from './chat.ts'
-import { llamaInternals, SamplingError } from './llama.ts'
+import { SamplingError, type LlamaInternals } from './llama.ts'
 import type { Sampling } from './sampling.ts'
 import { doneEvent, metered, type Slot } from './slot-work.ts'
 
@@ -9,7 +9,9 @@ import { doneEvent, metered, type Slot } from './slot-work.ts'
 // over its native calls (bench/engine-layers.ts), paid once per stream, one after another, on the main thread: a
 // tenth of a 24M model's token, a fifth of a four-stream step. This loop queues each decode straight on the context's
 // batch queue (so N streams still decode as one batch per step, formed by batching.ts), samples with a sampler
-// configured once per request, and detects stops with node-llama-cpp's own detectors, exactly as LlamaCompletion does.
+// configured once per request, and detects stops with node-llama-cpp's own detectors. Its text handling is LlamaChat's
+// (test/inference/token-loop.test.ts holds it to LlamaChat's and LlamaCompletion's answers); for completions it also
+// finds stop strings LlamaCompletion misses, which matches each token's text alone, without the tokens before it.
 
 /** Why a loop stopped, in node-llama-cpp's words (LlamaChat's and LlamaCompletion's `stopReason`). */
 export type LoopStopReason = 'eogToken' | 'stopGenerationTrigger' | 'customStopTrigger' | 'maxTokens' | 'abort'
@@ -21,6 +23,8 @@ export interface TokenLoop {
   readonly maxTokens: number
   /** What ends the answer besides end-of-generation tokens: the chat template's own triggers (none for completions). */
   readonly stopTriggers: readonly LlamaText[]
+  /** node-llama-cpp's internal parts the loop uses (`llamaInternals`); a plan without them does not loop. */
+  readonly internals: LlamaInternals
 }
 
 /** node-llama-cpp 3.22's private parts the loop drives: the queue every sequence's decodes go through. */
@@ -71,15 +75,15 @@ export async function runOnSlot (slot: Slot, loop: TokenLoop, emit: (event: { ty
  * the last evaluated, its token meter counting them.
  */
 export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenLoop, emit: (text: string) => void, signal: AbortSignal): Promise<LoopStopReason> {
-  const { LlamaSampler, StopGenerationDetector, TokenStreamRegulator, getQueuedTokensBeforeStopTrigger } = await llamaInternals()
+  const { LlamaSampler, StopGenerationDetector, TokenStreamRegulator, getQueuedTokensBeforeStopTrigger } = loop.internals
   const model = sequence.model
-  const internals = sequence as unknown as SequenceInternals
+  const seq = sequence as unknown as SequenceInternals & LlamaContextSequence
   const { customStopTriggers, topK, ...samplerOptions } = loop.sampling
   const sampler = new LlamaSampler(model)
   try {
     // Configured once: the same configuration every token (node-llama-cpp re-applies it per token, to no effect). top_k 0
     // ("every token") becomes no top-k stage rather than node-llama-cpp's sort of the whole vocabulary (sampling.ts).
-    sampler.applyConfig(internals._resolveSamplerConfig({ ...samplerOptions, topK: topK === 0 ? null : topK }))
+    sampler.applyConfig(seq._resolveSamplerConfig({ ...samplerOptions, topK: topK === 0 ? null : topK }))
     // As LlamaCompletion: reuse what the slot holds of the prompt (at least the last token is evaluated, for its logits).
     const prompt = loop.tokens as Token[]
     await sequence.adaptStateToTokens(prompt.slice(0, -1), false)
@@ -90,31 +94,38 @@ export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenL
     const customStops = new StopGenerationDetector()
     for (const trigger of StopGenerationDetector.resolveStopTriggers(loop.stopTriggers, model.tokenizer)) templateStops.addStopTrigger(trigger)
     for (const trigger of StopGenerationDetector.resolveStopTriggers(customStopTriggers ?? [], model.tokenizer)) customStops.addStopTrigger(trigger)
-    // Text is detokenized after the answer's tokens before it, as LlamaChat does (a word's leading space survives, but
-    // not the answer's first): `seen` holds every token sampled so far, `answer` every token released.
-    const seen: Token[] = []
+    // As LlamaChat: a token's text, which stops are found in, is detokenized after the tokens before it, the prompt's
+    // included (`seen`); the text released after the answer's own (`answer`), so the answer's first leading space goes.
+    const seen: Token[] = prompt.slice(-RECENT_TOKENS)
     const answer: Token[] = []
     const pending: Token[] = []
     const partial: Token[] = []
     const onValidText: Array<{ dispose: () => void }> = []
+    // Released tokens become text as LlamaChat's SegmentHandler makes it: text that ends in an incomplete character
+    // waits for the next token, and is dropped if none completes it.
+    const incomplete: Token[] = []
     const release = (tokens: Token[]): void => {
-      if (tokens.length === 0) return
-      emit(model.detokenize(tokens, false, answer.slice(-RECENT_TOKENS)))
-      for (const token of tokens) answer.push(token)
+      for (const token of tokens) {
+        incomplete.push(token)
+        const text = model.detokenize(incomplete, false, answer.slice(-RECENT_TOKENS))
+        if (text.endsWith(UNKNOWN_UNICODE_CHAR)) continue
+        emit(text)
+        for (const done of incomplete.splice(0)) answer.push(done)
+      }
     }
 
     for (let generated = 0; ; generated++) {
-      if (signal.aborted) return 'abort'
       if (generated >= loop.maxTokens) return 'maxTokens'
+      if (signal.aborted) return 'abort'
       const failure: { error?: unknown } = {}
-      const token = evaluated(internals, input, await queueDecode(internals, input, sampler._sampler, failure), failure)
+      const token = evaluated(seq, input, await queueDecode(seq, input, sampler._sampler, failure), failure)
       input = [token]
-      // From here on, what LlamaCompletion does with each sampled token (node-llama-cpp 3.22, _generateResponse).
+      // From here on, what LlamaChat and LlamaCompletion do with each sampled token (node-llama-cpp 3.22).
       const tokens = [...partial, token]
       const text = model.detokenize(tokens, false, seen.slice(-RECENT_TOKENS))
       const eog = model.isEogToken(token)
-      if (partial.length === 0 && text.endsWith(UNKNOWN_UNICODE_CHAR) && !model.isSpecialToken(token) && !eog) {
-        partial.push(token) // the first bytes of a character another token completes
+      if (text.endsWith(UNKNOWN_UNICODE_CHAR) && !model.isSpecialToken(token) && !eog) {
+        partial.push(token) // a character's first bytes, which later tokens complete (LlamaChat waits for all of them)
         continue
       }
       partial.length = 0
@@ -149,7 +160,10 @@ export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenL
  * resumes, and queues the next decode, before node-llama-cpp's batch loop looks at its queue again; if the batch loop
  * found its queue empty first it would let go of the context's lock, and taking it again costs ~0.1 ms per token.
  */
-function queueDecode (sequence: SequenceInternals, tokens: Token[], sampler: unknown, failure: { error?: unknown }): Promise<Array<[number, number]>> {
+function queueDecode (sequence: SequenceInternals & LlamaContextSequence, tokens: Token[], sampler: unknown, failure: { error?: unknown }): Promise<Array<[number, number]>> {
+  // node-llama-cpp's own checks before a decode (planning keeps every request within the context, so these never fire)
+  if (sequence.disposed) throw new Error('The context sequence was disposed')
+  if (sequence._nextTokenIndex + tokens.length > sequence.context.contextSize - 1) throw new Error('The context is full')
   const context = sequence._context
   const logits: boolean[] = []
   logits[tokens.length - 1] = true
@@ -160,10 +174,17 @@ function queueDecode (sequence: SequenceInternals, tokens: Token[], sampler: unk
     logits,
     evaluationPriority: EVALUATION_PRIORITY,
     tokenMeter: sequence._tokenMeter
-  }, (batchLogitIndex) => context._ctx.sampleToken(batchLogitIndex, sampler).catch((error: unknown) => {
-    failure.error ??= error
-    return -1
-  }))
+  }, (batchLogitIndex) => {
+    const fail = (error: unknown): number => {
+      failure.error ??= error
+      return -1
+    }
+    try {
+      return context._ctx.sampleToken(batchLogitIndex, sampler).catch(fail)
+    } catch (error) { // thrown, not rejected: it would escape into node-llama-cpp's batch loop, which nobody awaits
+      return Promise.resolve(fail(error))
+    }
+  })
 }
 
 /** The sampled token, once the sequence records `tokens` as evaluated (what node-llama-cpp's own decode records). */

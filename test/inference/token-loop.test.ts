@@ -27,6 +27,10 @@ class Reference {
     this.sequence = sequence
   }
 
+  tokenize (text: string): number[] {
+    return this.model.tokenize(text, false, 'trimLeadingSpace')
+  }
+
   async chat (request: ChatRequest): Promise<Outcome> {
     const chat = new LlamaChat({ contextSequence: this.sequence })
     try {
@@ -133,6 +137,23 @@ await test('stop strings on the token loop end the answer where LlamaChat ends i
     assert.equal(ours.finishReason, 'stop')
     assert.equal(ours.text, free.text.slice(0, free.text.indexOf(stop)))
   }
+})
+
+await test('a character spelled in three byte tokens is one character to stop strings, as in LlamaChat', async (t) => {
+  const { engine, reference } = await setup(t)
+  const euro = reference.tokenize('€')
+  assert.equal(euro.length, 3, 'the tiny model spells € in three byte tokens')
+  // The three bytes all but forced, in a random order: now and then they spell €
+  const logitBias = Object.fromEntries(euro.map((token) => [String(token), 100]))
+  const finishes: FinishReason[] = []
+  for (const seed of [1, 2, 3, 4, 5, 6]) {
+    const request = ask('money', { temperature: 1, seed, maxTokens: 40, logitBias, stop: ['€'] })
+    const ours = await collect(engine.generate(request))
+    assert.deepEqual(ours, await reference.chat(request), `seed ${seed}`)
+    assert.ok(!ours.text.includes('€'))
+    finishes.push(ours.finishReason)
+  }
+  assert.ok(finishes.includes('stop'), 'a stop string of a three-token character ended an answer')
 })
 
 await test('a text completion on the token loop continues the prompt as LlamaCompletion does', async (t) => {
