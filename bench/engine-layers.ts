@@ -4,6 +4,7 @@
 //             token and nothing else), through private fields of node-llama-cpp 3.22 (`context._ctx`,
 //             `llama._bindings`). The floor any JavaScript driver of these bindings can reach; meshnode's token loop
 //             (src/inference/token-loop.ts) queues its decodes one level up, on node-llama-cpp's context.
+//   loop:     meshnode's own token loop (src/inference/token-loop.ts), what it runs for plain chats and completions.
 //   evaluate: `sequence.evaluate(tokens)`, node-llama-cpp's token generator (its batch loop, locks, sampler config).
 //   chat:     `LlamaChat.generateResponse`, what meshnode runs for tools and grammars (chat template, stop detection, text
 //             chunks).
@@ -11,6 +12,9 @@
 //   node bench/engine-layers.ts [model.gguf]      BENCH_FLASH_ATTENTION=auto|on|off (default auto), BENCH_ROUNDS=3
 import { getLlama, LlamaChat, resolveChatWrapper, type Token } from 'node-llama-cpp'
 import { FLASH_ATTENTION_CHOICES, llamaFlashAttention, type FlashAttention } from '../src/inference/index.ts'
+import { llamaInternals } from '../src/inference/llama.ts'
+import { planSampling } from '../src/inference/sampling.ts'
+import { runTokenLoop } from '../src/inference/token-loop.ts'
 
 const modelPath = process.argv[2] ?? new URL('../../shared/models/random-llama-24M-q8_0.gguf', import.meta.url).pathname
 const flashAttentionSetting = (process.env.BENCH_FLASH_ATTENTION ?? 'auto') as FlashAttention
@@ -60,6 +64,17 @@ async function viaAddon (i: number): Promise<number> {
   return ms
 }
 
+const internals = await llamaInternals() ?? (() => { throw new Error('node-llama-cpp\'s internals changed: the token loop cannot run') })()
+const { sampling } = await planSampling({ temperature: 0 }, model, TOKENS)
+const running = new AbortController().signal
+
+async function viaLoop (i: number): Promise<number> {
+  await sequence.clearHistory()
+  const started = performance.now()
+  await runTokenLoop(sequence, { tokens: rendered(i), sampling, maxTokens: TOKENS, stopTriggers: [], internals }, () => {}, running)
+  return performance.now() - started
+}
+
 async function viaEvaluate (i: number): Promise<number> {
   await sequence.clearHistory()
   const started = performance.now()
@@ -82,14 +97,15 @@ async function viaChat (i: number): Promise<number> {
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[values.length >> 1]
 console.log(`${modelPath.split('/').at(-1)}, flash attention ${flashAttentionSetting}: ms per request of ${TOKENS} tokens (median of ${REQUESTS})`)
 for (let round = 0; round < ROUNDS; round++) {
-  const times: Record<'addon' | 'evaluate' | 'chat', number[]> = { addon: [], evaluate: [], chat: [] }
+  const times: Record<'addon' | 'loop' | 'evaluate' | 'chat', number[]> = { addon: [], loop: [], evaluate: [], chat: [] }
   for (let i = 0; i < REQUESTS; i++) {
     times.chat.push(await viaChat(i))
     times.addon.push(await viaAddon(i))
+    times.loop.push(await viaLoop(i))
     times.evaluate.push(await viaEvaluate(i))
   }
-  const [addonMs, evaluateMs, chatMs] = [median(times.addon), median(times.evaluate), median(times.chat)]
-  console.log(`round ${round + 1}: addon ${addonMs.toFixed(0)}, evaluate ${evaluateMs.toFixed(0)}, chat ${chatMs.toFixed(0)}; ` +
+  const [addonMs, loopMs, evaluateMs, chatMs] = [median(times.addon), median(times.loop), median(times.evaluate), median(times.chat)]
+  console.log(`round ${round + 1}: addon ${addonMs.toFixed(0)}, loop ${loopMs.toFixed(0)}, evaluate ${evaluateMs.toFixed(0)}, chat ${chatMs.toFixed(0)}; ` +
     `chat costs ${((chatMs - addonMs) / TOKENS * 1000).toFixed(0)} µs/token more than the addon loop`)
 }
 chat.dispose()
