@@ -1,9 +1,10 @@
 import type { Connection, PeerId } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { Logger } from 'pino'
+import { ADVERTS_SYNC_PROTOCOL } from './adverts.ts'
+import { CAPABILITIES_PROTOCOL } from './capabilities.ts'
 import type { PeerHost } from './libp2p-node.ts'
 import { nodeIDToPeerId } from './peer-ids.ts'
-import { AUTONAT_DIAL_REQUEST_PROTOCOL } from './reachability.ts'
 
 /** Connections a node holds at most, by default (libp2p's connection manager enforces it). */
 export const DEFAULT_MAX_CONNECTIONS = 50
@@ -17,6 +18,13 @@ const TAGS = {
   /** A peer this node opened a stream to (a request, a transfer, a message): kept a while after. */
   inUse: { name: 'meshnode-in-use', value: 50, ttlMs: 10 * 60_000 }
 } as const
+
+/**
+ * The network's own upkeep (record fetches and pushes, advert syncs): its streams keep no connection, as they set no
+ * tag either (`PeerNetwork.#upkeep`); a stream cut is retried. Counted as busy, they had a full node whose other peers
+ * were all syncing hang up on the newcomer, a node reaching it on demand.
+ */
+const UPKEEP_PROTOCOLS: ReadonlySet<string> = new Set([CAPABILITIES_PROTOCOL, ADVERTS_SYNC_PROTOCOL])
 
 export interface ConnectionPolicyOptions {
   /** Connections held at most. @default DEFAULT_MAX_CONNECTIONS */
@@ -72,8 +80,8 @@ export class ConnectionPolicy {
     const opened = evt.detail
     // An AutoNAT dial-back (reachability.ts): a second connection, made only to prove an address dialable and closed by
     // its dialer once the nonce is answered. Closing it as a duplicate would fail the dial-back, or close the connection
-    // the request came on (what AutoNAT v1 did to relay connections); nor is it a peer to make room for.
-    if (isDialBack(opened, host.getConnections(opened.remotePeer))) return
+    // the peer was already on (a node's relay connection, with its reservation); nor is it a peer to make room for.
+    if (host.services.reachability.isDialBack(opened)) return
     const twin = host.getConnections(opened.remotePeer).find(connection => connection !== opened && connection.status === 'open' && connection.direct === opened.direct)
     if (twin != null) {
       this.#close(duplicateToClose(host.peerId.toString(), opened, twin), 'a second connection to the same peer')
@@ -205,14 +213,7 @@ export function duplicateToClose (self: string, opened: Connection, twin: Connec
   return a > b ? opened : twin
 }
 
-/** Whether `opened` is an AutoNAT dial-back: another connection to the same peer carries a dial request now (ours to
- *  it, or its to us), which stays open until the dial-back is done. */
-function isDialBack (opened: Connection, connections: Connection[]): boolean {
-  return connections.some(connection => connection !== opened && connection.status === 'open' &&
-    connection.streams.some(stream => stream.protocol === AUTONAT_DIAL_REQUEST_PROTOCOL))
-}
-
-/** A connection carrying one of our protocols' streams now (a request, a record fetch): not closed to make room. */
+/** A connection carrying one of our protocols' streams now (a request, a transfer), upkeep aside: not closed to make room. */
 function busy (connection: Connection): boolean {
-  return connection.streams.some(stream => stream.protocol?.startsWith('/meshnode/') === true)
+  return connection.streams.some(({ protocol }) => protocol?.startsWith('/meshnode/') === true && !UPKEEP_PROTOCOLS.has(protocol))
 }

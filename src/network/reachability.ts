@@ -28,9 +28,14 @@
 //   (a refusal is no failure for the asking client, which asks another peer): a relay that all its nodes reconnect to
 //   at once does not turn into a dial storm.
 // - The dial-back connection is a second connection to a peer already connected: connection-policy.ts leaves it alone
-//   (neither a duplicate to close nor counted against the limit) while the request it answers is open.
+//   (neither a duplicate to close nor counted against the limit) while this node may be dialing that peer back (it is
+//   answering a request of that peer's), or that peer may be dialing it back (asked in the last AUTONAT_OPTIONS.timeout).
+//   The request's stream is no sign of that: autonat-v2 asks on every connection identify runs on, dial-backs
+//   included, and its server closes its dial-back once the nonce is answered; a request made on that connection is
+//   still dialed back after, when neither its stream nor its connection is open any more (seen: the duplicate rule
+//   then closed a node's relay connection, or failed the dial-back).
 import type { AutoNATv2Components, autoNATv2 } from '@libp2p/autonat-v2'
-import type { Logger as Libp2pLogger } from '@libp2p/interface'
+import type { Connection, Logger as Libp2pLogger } from '@libp2p/interface'
 import { isLoopback, isNetworkAddress, isPrivate } from '@libp2p/utils'
 import type { Logger } from 'pino'
 import { withMethods } from './peer-ids.ts'
@@ -74,6 +79,10 @@ export class ReachabilityMonitor {
   readonly #mapped = new Map<string, string>()
   #dialBacks = 0
   #last: Reachability = 'unknown'
+  /** Dial requests this node is answering now, by the asking peer's id: it may be dialing that peer back. */
+  readonly #answering = new Map<string, number>()
+  /** Peers this node asked to dial it back, by peer id: until when their dial-back may come. */
+  readonly #asked = new Map<string, number>()
 
   constructor (deps: { log: Logger }) {
     this.#log = deps.log
@@ -82,9 +91,18 @@ export class ReachabilityMonitor {
   /** autonat-v2's service, seeing the host's components through the views described at the top of this file. */
   autonat (factory: typeof autoNATv2): (components: AutoNATv2Components) => unknown {
     return (components) => {
-      const { addressManager, connectionManager, logger } = components
+      const { addressManager, connectionManager, logger, registrar } = components
       this.#addressManager = addressManager
       const views: Partial<AutoNATv2Components> = {
+        // the server's handler and the client's connections, to know when a dial-back may come (see `isDialBack`)
+        registrar: withMethods(registrar, {
+          handle: async (protocol, handler, options) => {
+            await registrar.handle(protocol, protocol === AUTONAT_DIAL_REQUEST_PROTOCOL ? this.#answeringWhile(handler) : handler, options)
+          },
+          register: async (protocol, topology) => await registrar.register(protocol, protocol !== AUTONAT_DIAL_REQUEST_PROTOCOL
+            ? topology
+            : { ...topology, onConnect: async (peer, connection) => { await topology.onConnect?.(peer, this.#askingOn(connection)) } })
+        }),
         addressManager: withMethods(addressManager, {
           getAddressesWithMetadata: () => addressManager.getAddressesWithMetadata().filter(address => !isCircuit(address.multiaddr)),
           confirmObservedAddr: (addr, options) => { addressManager.confirmObservedAddr(addr, options); this.#changed() },
@@ -130,6 +148,49 @@ export class ReachabilityMonitor {
       addressManager.addPublicAddressMapping(host.value, Number(port.value), ip, Number(port.value), 'tcp')
       this.#mapped.set(internal, ip)
     }
+  }
+
+  /**
+   * Whether `connection`, just opened, may be an AutoNAT dial-back: a direct one (circuit addresses are not tested)
+   * that this node makes (outbound) to a peer whose dial request it is answering, or that a peer makes (inbound) which
+   * this node asked to dial it back in the last AUTONAT_OPTIONS.timeout (autonat-v2's server dials back within its
+   * timeout, 30 s by default).
+   */
+  isDialBack (connection: Pick<Connection, 'direct' | 'direction' | 'remotePeer'>): boolean {
+    if (!connection.direct) return false
+    const peer = connection.remotePeer.toString()
+    if (connection.direction === 'outbound') return this.#answering.has(peer)
+    const until = this.#asked.get(peer)
+    return until != null && until > Date.now()
+  }
+
+  /** The server's dial-request handler, counting the requests it is answering per asking peer. */
+  #answeringWhile (handler: Parameters<AutoNATv2Components['registrar']['handle']>[1]): Parameters<AutoNATv2Components['registrar']['handle']>[1] {
+    return async (stream, connection) => {
+      const peer = connection.remotePeer.toString()
+      this.#answering.set(peer, (this.#answering.get(peer) ?? 0) + 1)
+      try {
+        await handler(stream, connection)
+      } finally {
+        const left = (this.#answering.get(peer) ?? 1) - 1
+        if (left > 0) this.#answering.set(peer, left)
+        else this.#answering.delete(peer)
+      }
+    }
+  }
+
+  /** A connection as the client sees it: a dial request opened on it is noted as asked of its peer. */
+  #askingOn (connection: Connection): Connection {
+    return withMethods(connection, {
+      newStream: async (protocols, options) => {
+        if ([protocols].flat().includes(AUTONAT_DIAL_REQUEST_PROTOCOL)) {
+          const now = Date.now()
+          for (const [peer, until] of this.#asked) if (until <= now) this.#asked.delete(peer)
+          this.#asked.set(connection.remotePeer.toString(), now + AUTONAT_OPTIONS.timeout)
+        }
+        return await connection.newStream(protocols, options)
+      }
+    })
   }
 
   status (): ReachabilityStatus {
