@@ -2,10 +2,10 @@ import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, Gb
 import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
-import { llamaInternals, llamaModule } from './llama.ts'
+import { llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
-import { canLoop, runOnSlot } from './token-loop.ts'
+import { canLoop, planLoop, runOnSlot } from './token-loop.ts'
 import { planTools, toChatHistory, ToolCallEvents } from './tools.ts'
 
 /**
@@ -33,12 +33,12 @@ export async function planChat (parts: ModelParts, request: ChatRequest): Promis
   const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
   const { LlamaChat } = await llamaModule()
   // Plain text in a template without segments or prefix triggers: our own token loop runs it (token-loop.ts)
-  const internals = tools == null && grammar == null && plainTemplate(rendered, chatWrapper) ? await llamaInternals() : null
-  const loop = internals == null ? null : { tokens, sampling, maxTokens, stopTriggers: rendered.stopGenerationTriggers, internals }
+  const loop = await planLoop(tools == null && grammar == null && plainTemplate(rendered, chatWrapper),
+    { tokens, sampling, maxTokens, stopTriggers: rendered.stopGenerationTriggers })
   return {
     tokens,
     async run (slot, emit, signal) {
-      if (loop != null && canLoop(slot.sequence, sampling)) return await runOnSlot(slot, loop, emit, signal)
+      if (loop != null && canLoop(slot.sequence)) return await runOnSlot(slot, loop, emit, signal)
       const chat = new LlamaChat({ contextSequence: slot.sequence, chatWrapper })
       const calls = new ToolCallEvents(emit)
       try {

@@ -1,10 +1,10 @@
 import type { Token } from 'node-llama-cpp'
 import type { CompletionEvent, CompletionRequest } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
-import { llamaInternals, llamaModule } from './llama.ts'
+import { llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { beginningToken, doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
-import { canLoop, runOnSlot } from './token-loop.ts'
+import { canLoop, planLoop, runOnSlot } from './token-loop.ts'
 
 /**
  * Plans a text completion: the model continues the prompt as raw text, no chat template. With a `suffix`, it fills
@@ -47,12 +47,11 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
   // A plain continuation stops only at end-of-generation tokens and the caller's strings: our own token loop runs it
   // (token-loop.ts). Infill, and Gemma's completions, also stop at tokens of the model's own that LlamaCompletion knows.
   const architecture = String(model.fileInfo.metadata.general.architecture)
-  const internals = infill || architecture === 'gemma' || architecture === 'gemma2' ? null : await llamaInternals()
-  const loop = internals == null ? null : { tokens, sampling, maxTokens, stopTriggers: [], internals }
+  const loop = await planLoop(!infill && architecture !== 'gemma' && architecture !== 'gemma2', { tokens, sampling, maxTokens, stopTriggers: [] })
   return {
     tokens,
     async run (slot, emit, signal) {
-      if (loop != null && canLoop(slot.sequence, sampling)) return await runOnSlot(slot, loop, emit, signal)
+      if (loop != null && canLoop(slot.sequence)) return await runOnSlot(slot, loop, emit, signal)
       const completion = new LlamaCompletion({ contextSequence: slot.sequence })
       const options = {
         ...sampling,

@@ -1,6 +1,6 @@
 import type { LlamaContextSequence, LlamaText, Token } from 'node-llama-cpp'
 import type { DoneEvent } from './chat.ts'
-import { SamplingError, type LlamaInternals } from './llama.ts'
+import { llamaInternals, SamplingError, type LlamaInternals } from './llama.ts'
 import type { Sampling } from './sampling.ts'
 import { doneEvent, metered, type Slot } from './slot-work.ts'
 
@@ -50,12 +50,23 @@ const UNKNOWN_UNICODE_CHAR = '\ufffd'
 const RECENT_TOKENS = 3
 
 /**
- * Whether the loop can run a generation on this sequence: the private parts it drives are there, and the model keeps
- * no checkpoints (recurrent and sliding-window models need node-llama-cpp's own evaluation, which takes them).
+ * The loop for a planned generation, or null when node-llama-cpp's own classes must run it: the caller says whether
+ * its kind of request can loop (no tools, no grammar, a plain template); a repeat penalty, whose tokens change every
+ * token, stays with them too, as does everything when node-llama-cpp's internal parts changed (`llamaInternals`).
  */
-export function canLoop (sequence: LlamaContextSequence, sampling: Sampling): boolean {
+export async function planLoop (eligible: boolean, loop: Omit<TokenLoop, 'internals'>): Promise<TokenLoop | null> {
+  if (!eligible || loop.sampling.repeatPenalty !== false) return null
+  const internals = await llamaInternals()
+  return internals == null ? null : { ...loop, internals }
+}
+
+/**
+ * Whether the loop can run on this sequence: the private parts it drives are there, and the model keeps no
+ * checkpoints (recurrent and sliding-window models need node-llama-cpp's own evaluation, which takes them).
+ */
+export function canLoop (sequence: LlamaContextSequence): boolean {
   const internals = sequence as unknown as Partial<SequenceInternals>
-  return sampling.repeatPenalty === false && !sequence.needsCheckpoints &&
+  return !sequence.needsCheckpoints &&
     typeof internals._nextTokenIndex === 'number' && Array.isArray(internals._contextTokens) &&
     typeof internals._resolveSamplerConfig === 'function' && typeof internals._context?._decodeTokens === 'function'
 }
