@@ -3,7 +3,7 @@
 // runs at the lowest priority on two jobs because the machine it runs on is usually shared.
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { mkdir, rm } from 'node:fs/promises'
+import { copyFile, cp, mkdir, readdir, rm, symlink } from 'node:fs/promises'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 
@@ -25,12 +25,17 @@ async function run (command: string, args: string[], cwd: string): Promise<void>
  * How llama-server is built. `native`: for this machine's CPU (`-DGGML_NATIVE=ON`), llama.cpp's fastest build here and
  * the comparison the issue asks for. `release`: as llama.cpp's release binaries and node-llama-cpp's prebuilt ones are
  * built (`GGML_NATIVE=OFF`, every x86/ARM CPU variant as a loadable backend, the best one picked at start), so both
- * engines run the very same ggml kernels and what differs is only how they are driven.
+ * engines run kernels from the same source (compiled by this machine's compiler, not node-llama-cpp's).
+ * `prebuilt`: the release build's llama-server with node-llama-cpp's own prebuilt ggml libraries (base and every CPU
+ * variant) in place of its own, so that both engines run the very same machine code and what differs is only how they
+ * are driven. Start it with LD_LIBRARY_PATH set to its directory (its RUNPATH names the release build's).
  */
-export type LlamaServerBuild = 'native' | 'release'
+export type LlamaServerBuild = 'native' | 'release' | 'prebuilt'
+export const LLAMA_SERVER_BUILDS: readonly LlamaServerBuild[] = ['native', 'release', 'prebuilt']
 
 /** The path of a llama-server built from node-llama-cpp's bundled llama.cpp; builds it first if absent (~15-30 min). */
 export async function ensureLlamaServer (kind: LlamaServerBuild = 'native'): Promise<string> {
+  if (kind === 'prebuilt') return await withPrebuiltKernels(await ensureLlamaServer('release'))
   const source = join(BENCH_CACHE, 'llama.cpp')
   const directory = kind === 'native' ? 'build' : 'build-release'
   const build = join(source, directory)
@@ -53,6 +58,39 @@ export async function ensureLlamaServer (kind: LlamaServerBuild = 'native'): Pro
   return binary
 }
 
+/** node-llama-cpp's prebuilt binaries for this platform (the ones it loads here: no local build is ever made). */
+const PREBUILT = join(import.meta.dirname, '..', 'node_modules', '@node-llama-cpp', `${process.platform}-${process.arch}`, 'bins',
+  `${process.platform}-${process.arch}`)
+
+/**
+ * A copy of the release build's bin directory whose ggml base and CPU variants are node-llama-cpp's prebuilt files. The
+ * base keeps the release build's file name (`libggml-base.so.0.*`) so that llama-server and the CPU variant (which asks
+ * for `libggml-base.so`, the prebuilt file's soname) share one copy; two would abort at load.
+ */
+async function withPrebuiltKernels (releaseBinary: string): Promise<string> {
+  const releaseBin = join(releaseBinary, '..')
+  const bin = join(BENCH_CACHE, 'llama.cpp', 'build-prebuilt', 'bin')
+  const binary = join(bin, 'llama-server')
+  if (existsSync(binary)) return binary
+  const prebuilt = await readdir(PREBUILT).catch(() => { throw new Error(`node-llama-cpp's prebuilt binaries are not at ${PREBUILT}`) })
+  const variants = prebuilt.filter((file) => /^libggml-cpu-.*\.so$/.test(file))
+  if (!prebuilt.includes('libggml-base.so') || variants.length === 0) throw new Error(`${PREBUILT} has no libggml-base.so or CPU variants`)
+  await rm(join(bin, '..'), { recursive: true, force: true })
+  await mkdir(bin, { recursive: true })
+  const release = await readdir(releaseBin)
+  for (const file of release) if (file !== 'llama-server' && !/^libggml-(base|cpu-).*\.so/.test(file)) await cp(join(releaseBin, file), join(bin, file), { verbatimSymlinks: true })
+  const base = release.find((file) => /^libggml-base\.so\.\d+\.\d+\.\d+$/.test(file))
+  if (base == null) throw new Error(`${releaseBin} has no versioned libggml-base.so`)
+  await copyFile(join(PREBUILT, 'libggml-base.so'), join(bin, base))
+  const soname = base.replace(/\.\d+\.\d+$/, '')
+  await symlink(base, join(bin, soname))
+  await symlink(soname, join(bin, 'libggml-base.so'))
+  for (const file of variants) await copyFile(join(PREBUILT, file), join(bin, file))
+  // The binary last: its presence marks a complete directory.
+  await copyFile(releaseBinary, binary)
+  return binary
+}
+
 async function cpuVariantTargets (source: string, directory: string): Promise<string[]> {
   const listing = await new Promise<string>((resolve, reject) => {
     let out = ''
@@ -64,4 +102,8 @@ async function cpuVariantTargets (source: string, directory: string): Promise<st
   return [...new Set(listing.match(/\bggml-cpu-[\w.-]+/g) ?? [])]
 }
 
-if (import.meta.main) console.log(await ensureLlamaServer(process.argv[2] === 'release' ? 'release' : 'native'))
+if (import.meta.main) {
+  const kind = (process.argv[2] ?? 'native') as LlamaServerBuild
+  if (!LLAMA_SERVER_BUILDS.includes(kind)) throw new Error(`the build must be one of ${LLAMA_SERVER_BUILDS.join(', ')}, not ${kind}`)
+  console.log(await ensureLlamaServer(kind))
+}
