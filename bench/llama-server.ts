@@ -8,10 +8,11 @@ import { readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { loadavg, tmpdir } from 'node:os'
 import { createServer } from 'node:net'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { FLASH_ATTENTION_CHOICES, type FlashAttention } from '../src/inference/index.ts'
 import type { DirectJob, DirectResult } from './direct-engine.ts'
-import { BENCH_CACHE, ensureLlamaServer } from './llama-server-build.ts'
+import { serveEnvironment } from '../bin/serve-env.js'
+import { BENCH_CACHE, ensureLlamaServer, LLAMA_SERVER_BUILDS, type LlamaServerBuild } from './llama-server-build.ts'
 import { ensureRandom135M } from './random-gguf.ts'
 import { streamChat, type ChatStreamResult } from './sse-client.ts'
 
@@ -22,9 +23,9 @@ const SLOT_CONTEXT = 2048
 /** `BENCH_FLASH_ATTENTION=auto|on|off` gives all three engines the same flash-attention setting (unset: their default, auto). */
 const FLASH_ATTENTION = (process.env.BENCH_FLASH_ATTENTION ?? 'auto') as FlashAttention
 if (!FLASH_ATTENTION_CHOICES.includes(FLASH_ATTENTION)) throw new Error(`BENCH_FLASH_ATTENTION must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, not ${FLASH_ATTENTION}`)
-/** `BENCH_LLAMA_SERVER=native|release`: which build of llama-server (bench/llama-server-build.ts). */
-const LLAMA_SERVER_BUILD = process.env.BENCH_LLAMA_SERVER ?? 'native'
-if (LLAMA_SERVER_BUILD !== 'native' && LLAMA_SERVER_BUILD !== 'release') throw new Error(`BENCH_LLAMA_SERVER must be native or release, not ${LLAMA_SERVER_BUILD}`)
+/** `BENCH_LLAMA_SERVER=native|release|prebuilt`: which build of llama-server (bench/llama-server-build.ts). */
+const LLAMA_SERVER_BUILD = (process.env.BENCH_LLAMA_SERVER ?? 'native') as LlamaServerBuild
+if (!LLAMA_SERVER_BUILDS.includes(LLAMA_SERVER_BUILD)) throw new Error(`BENCH_LLAMA_SERVER must be one of ${LLAMA_SERVER_BUILDS.join(', ')}, not ${LLAMA_SERVER_BUILD}`)
 const DECODE_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128)
 const TURNS = 6
 const TURN_WORDS = 150 // about 200 tokens with the Llama-2 vocabulary
@@ -143,7 +144,8 @@ async function startLlamaServer (binary: string, model: string): Promise<Target>
   const child = spawn(binary, [
     '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1', '-tb', '1',
     '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '-fa', FLASH_ATTENTION, '--no-webui', '--log-disable'
-  ], { stdio: ['ignore', 'ignore', 'pipe'] })
+  // Its own directory first on the library path: the `prebuilt` build's libraries are not where its RUNPATH points.
+  ], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LD_LIBRARY_PATH: dirname(binary) } })
   track(child, 'llama-server')
   let log = ''
   child.stderr?.on('data', (chunk: Buffer) => { log = (log + chunk.toString()).slice(-4000) })
@@ -178,7 +180,9 @@ async function startMeshnode (model: string, dataDir: string): Promise<Target> {
 
 async function startDirect (model: string): Promise<Target> {
   const child = spawn(process.execPath, [join(import.meta.dirname, 'direct-engine.ts'), model, String(SLOTS), String(SLOT_CONTEXT), FLASH_ATTENTION],
-    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+    // With the environment the launcher gives `serve` (its libuv pool size above all), so that the two differ only in
+    // what meshnode adds to node-llama-cpp
+    { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...serveEnvironment(process.env) } })
   track(child, 'direct')
   await new Promise<void>((resolve, reject) => {
     child.once('exit', (code) => { reject(new Error(`direct engine exited with ${code}`)) })

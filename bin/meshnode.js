@@ -7,6 +7,7 @@
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
+import { serveEnvironment } from './serve-env.js'
 
 const main = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url))
 const major = Number(process.versions.node.split('.')[0])
@@ -16,16 +17,13 @@ const major = Number(process.versions.node.split('.')[0])
 // npm start goes through this launcher too.
 const serving = process.argv.slice(2).includes('serve')
 const V8_FLAGS = serving ? ['--max-semi-space-size=4'] : []
-// glibc gives each thread that allocates (libuv's workers, where llama.cpp loads and runs, V8's helpers) a malloc
-// arena of its own, and every arena keeps what was freed in it: with two, `serve` holds 13-15 MB less with a model
-// loaded and runs no slower (bench/README.md, memory). Read by glibc when the process starts, so it is set here,
-// before the node is exec'd; a value the user set wins. Other C libraries ignore it.
-const MALLOC_ENV = serving && process.env.MALLOC_ARENA_MAX == null ? { MALLOC_ARENA_MAX: '2' } : {}
-const ready = V8_FLAGS.every((flag) => process.execArgv.includes(flag)) && Object.keys(MALLOC_ENV).length === 0
+// glibc's malloc arenas and libuv's pool size, set before the node starts (bin/serve-env.js).
+const SERVE_ENV = serving ? serveEnvironment(process.env) : {}
+const ready = V8_FLAGS.every((flag) => process.execArgv.includes(flag)) && Object.keys(SERVE_ENV).length === 0
 if (major >= 24 && ready) {
   await import(main)
 } else if (major >= 24 && typeof process.execve === 'function') {
-  process.execve(process.execPath, [process.execPath, ...V8_FLAGS, main, ...process.argv.slice(2)], { ...process.env, ...MALLOC_ENV })
+  process.execve(process.execPath, [process.execPath, ...V8_FLAGS, main, ...process.argv.slice(2)], { ...process.env, ...SERVE_ENV })
 } else {
   const pinned = fileURLToPath(new URL('../node_modules/node/bin/node', import.meta.url))
   if (!existsSync(pinned)) {
@@ -34,7 +32,7 @@ if (major >= 24 && ready) {
   }
   const args = [...V8_FLAGS, main, ...process.argv.slice(2)]
   // The node watches for this launcher's end: if it is killed outright (SIGKILL), the node stops too (see serve)
-  const env = { ...process.env, ...MALLOC_ENV, MESHNODE_LAUNCHER_PID: String(process.pid) }
+  const env = { ...process.env, ...SERVE_ENV, MESHNODE_LAUNCHER_PID: String(process.pid) }
   if (typeof process.execve === 'function') process.execve(pinned, [pinned, ...args], env) // returns only on failure
   const child = spawn(pinned, args, { stdio: 'inherit', env })
   // A terminal sends SIGINT (Ctrl-C) and SIGHUP (hang-up) to the child as well as to us: forwarding them there would

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import { accessSync, constants, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
+import { availableParallelism } from 'node:os'
 import { delimiter, join } from 'node:path'
 import { exitOf, spawnNodeProcess, tempDir, waitFor, type NodeProcess } from '../support/node.ts'
 import { exists } from '../support/files.ts'
@@ -62,15 +63,21 @@ function environmentOf (pid: number): Map<string, string> | null {
   return new Map(entries.map((entry) => [entry.slice(0, entry.indexOf('=')), entry.slice(entry.indexOf('=') + 1)]))
 }
 
-/** `serve` runs with two malloc arenas (glibc), set by the launcher before the node starts, unless the user set it. */
-function assertTwoArenas (pid: number, how: string): void {
+/**
+ * `serve` runs with two malloc arenas (glibc) and one libuv pool thread per core (2 to 4), both set by the launcher
+ * before the node starts, unless the user set them.
+ */
+function assertServeEnvironment (pid: number, how: string, userPool?: string): void {
   const environment = environmentOf(pid)
-  if (environment != null) assert.equal(environment.get('MALLOC_ARENA_MAX'), '2', `${how}: the node runs with MALLOC_ARENA_MAX=2`)
+  if (environment == null) return
+  assert.equal(environment.get('MALLOC_ARENA_MAX'), '2', `${how}: the node runs with MALLOC_ARENA_MAX=2`)
+  const pool = userPool ?? String(Math.min(4, Math.max(2, availableParallelism())))
+  assert.equal(environment.get('UV_THREADPOOL_SIZE'), String(pool), `${how}: the node runs with a pool of ${pool} threads`)
 }
 
-async function launch (t: TestContext, command: string[]): Promise<{ proc: NodeProcess, dataDir: string }> {
+async function launch (t: TestContext, command: string[], env: Record<string, string> = {}): Promise<{ proc: NodeProcess, dataDir: string }> {
   const dataDir = await tempDir(t)
-  const proc = await spawnNodeProcess(t, ['--data-dir', dataDir], {}, command)
+  const proc = await spawnNodeProcess(t, ['--data-dir', dataDir], env, command)
   t.after(() => { if (isRunning(proc.pid)) process.kill(proc.pid, 'SIGKILL') })
   return { proc, dataDir }
 }
@@ -78,8 +85,10 @@ async function launch (t: TestContext, command: string[]): Promise<{ proc: NodeP
 test(`SIGTERM or SIGHUP to bin/meshnode.js run by the system Node (${systemNodeVersion}) stops the node and frees its port`, async (t) => {
   t.diagnostic(`system node: ${systemNode} ${systemNodeVersion}`)
   for (const signal of ['SIGTERM', 'SIGHUP'] as const) {
-    const { proc, dataDir } = await launch(t, [systemNode, BIN, 'serve'])
-    assertTwoArenas(proc.pid, `bin/meshnode.js under ${systemNodeVersion}`)
+    // The second time with a pool size of the user's own, which the launcher keeps
+    const userPool = signal === 'SIGHUP' ? '3' : undefined
+    const { proc, dataDir } = await launch(t, [systemNode, BIN, 'serve'], userPool == null ? {} : { UV_THREADPOOL_SIZE: userPool })
+    assertServeEnvironment(proc.pid, `bin/meshnode.js under ${systemNodeVersion}`, userPool)
     proc.child.kill(signal) // the PID the user started, not the node's if they differ
     assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, `${signal}: the launcher exits with the node's code`)
     await assertStoppedGracefully(proc, dataDir, signal)
@@ -101,7 +110,7 @@ test('the node stops by itself when its launcher is killed outright', async (t) 
 test('SIGTERM to the PID of `npm start` stops the node and frees its port', { skip: systemExecutable('npm') == null ? 'no npm on PATH' : false }, async (t) => {
   const { proc, dataDir } = await launch(t, [systemExecutable('npm') ?? 'npm', 'start', '--silent', '--'])
   assert.notEqual(proc.pid, proc.child.pid, 'npm runs the node as its child')
-  assertTwoArenas(proc.pid, 'npm start')
+  assertServeEnvironment(proc.pid, 'npm start')
   proc.child.kill('SIGTERM')
   assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, 'npm exits with the node\'s code')
   await assertStoppedGracefully(proc, dataDir, 'SIGTERM to npm')

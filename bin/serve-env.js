@@ -1,0 +1,24 @@
+// The environment `meshnode serve` needs before the node starts (read by glibc and libuv at start, so the launcher,
+// bin/meshnode.js, sets it; bench/llama-server.ts gives node-llama-cpp driven directly the same), each entry only
+// where the user did not set it.
+import os from 'node:os'
+
+/**
+ * - glibc gives each thread that allocates (libuv's workers, where llama.cpp loads and runs, V8's helpers) a malloc
+ *   arena of its own, and every arena keeps what was freed in it: with two, `serve` holds 13-15 MB less with a model
+ *   loaded and runs no slower (bench/README.md, memory). Other C libraries ignore it.
+ * - libuv's pool (4 threads by default) is where node-llama-cpp decodes and samples, one task per sequence each step.
+ *   Pool threads beyond the machine's cores only contend: with four streams on 2 cores, four threads woken for the
+ *   four samples of every step cost ~0.2 ms of CPU per token, and a 2-thread pool decodes 6-13 % more tokens a second
+ *   (bench/README.md, Session 10). So one pool thread per core, at least 2 (a long decode never holds up file and DNS
+ *   work) and at most libuv's default of 4.
+ * @param {NodeJS.ProcessEnv} env
+ * @returns {Record<string, string>} what to add to `env`
+ */
+export function serveEnvironment (env) {
+  const cores = typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length
+  return {
+    ...(env.MALLOC_ARENA_MAX == null ? { MALLOC_ARENA_MAX: '2' } : {}),
+    ...(env.UV_THREADPOOL_SIZE == null ? { UV_THREADPOOL_SIZE: String(Math.min(4, Math.max(2, cores))) } : {})
+  }
+}
