@@ -141,11 +141,12 @@ async function waitForHealth (url: string, child: ChildProcess): Promise<void> {
 
 async function startLlamaServer (binary: string, model: string): Promise<Target> {
   const port = await freePort()
+  // Its own directory first on the library path: the `prebuilt` build's libraries are not where its RUNPATH points.
+  const libraryPath = [dirname(binary), process.env.LD_LIBRARY_PATH].filter((path) => path != null && path !== '').join(':')
   const child = spawn(binary, [
     '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1', '-tb', '1',
     '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '-fa', FLASH_ATTENTION, '--no-webui', '--log-disable'
-  // Its own directory first on the library path: the `prebuilt` build's libraries are not where its RUNPATH points.
-  ], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LD_LIBRARY_PATH: dirname(binary) } })
+  ], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LD_LIBRARY_PATH: libraryPath } })
   track(child, 'llama-server')
   let log = ''
   child.stderr?.on('data', (chunk: Buffer) => { log = (log + chunk.toString()).slice(-4000) })
