@@ -1,10 +1,21 @@
-import { TopicValidatorResult, type Message } from '@libp2p/gossipsub'
+import type { Message, TopicValidatorResult } from '@libp2p/gossipsub'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../identity/index.ts'
 import { ProtocolError, isHostile, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
 import { ADVERTS_TOPIC, Advert, type AdvertBook, DEFAULT_ADVERT_REFRESH_MS, MAX_ADVERT_BYTES, openAdvert, signAdvert, syncAdverts } from './adverts.ts'
 import type { CapabilityRecord } from './capabilities.ts'
 import type { PeerHost } from './libp2p-node.ts'
+
+/**
+ * gossipsub's verdicts, by value (its TopicValidatorResult enum): a value import of @libp2p/gossipsub would load the
+ * whole package (48 modules, ~3 MB) into every node, also while the network is off; libp2p-node.ts loads it when the
+ * node goes online.
+ */
+const VERDICT = {
+  accept: 'accept' as TopicValidatorResult.Accept,
+  ignore: 'ignore' as TopicValidatorResult.Ignore,
+  reject: 'reject' as TopicValidatorResult.Reject
+}
 
 export interface AdvertGossipDeps {
   identity: NodeIdentity
@@ -218,14 +229,14 @@ export class AdvertGossip {
       if (message.data.byteLength > MAX_ADVERT_BYTES) throw new ProtocolError('Advert over its size limit', 'too_large')
       const advert = Advert.parse(JSON.parse(Buffer.from(message.data).toString('utf8')))
       // The advert held already (from a sync) is passed on all the same: the nodes beyond may not have it.
-      if (this.#deps.book.holds(advert)) return TopicValidatorResult.Accept
+      if (this.#deps.book.holds(advert)) return VERDICT.accept
       const opened = openAdvert(advert)
-      if (opened.nodeID === this.#deps.identity.nodeID) return TopicValidatorResult.Ignore
-      return this.#deps.book.offer(advert, opened) === 'known' ? TopicValidatorResult.Ignore : TopicValidatorResult.Accept
+      if (opened.nodeID === this.#deps.identity.nodeID) return VERDICT.ignore
+      return this.#deps.book.offer(advert, opened) === 'known' ? VERDICT.ignore : VERDICT.accept
     } catch (err) {
-      if (err instanceof SyntaxError || isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return TopicValidatorResult.Reject
+      if (err instanceof SyntaxError || isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return VERDICT.reject
       this.#deps.log.error({ err }, 'checking a gossiped advert failed')
-      return TopicValidatorResult.Ignore
+      return VERDICT.ignore
     }
   }
 }

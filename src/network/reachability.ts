@@ -40,18 +40,7 @@ import { isLoopback, isNetworkAddress, isPrivate } from '@libp2p/utils'
 import type { Logger } from 'pino'
 import { withMethods } from './peer-ids.ts'
 import { isCircuit } from './relay-address.ts'
-
-/** What a node knows of its reachability: 'public' once a peer has dialed one of its public addresses back, 'private'
- *  once a dial-back to its public address failed (behind NAT, no port forward), 'unknown' before either (or with nothing
- *  to test: a node listening on loopback only, or that no public peer has told its public IP). */
-export const REACHABILITY = ['public', 'private', 'unknown'] as const
-export type Reachability = typeof REACHABILITY[number]
-
-export interface ReachabilityStatus {
-  reachability: Reachability
-  /** Our public addresses that a peer has dialed back (confirmed by AutoNAT), without our peer id. */
-  publicAddrs: string[]
-}
+import type { Reachability, ReachabilityStatus } from './reachability-status.ts'
 
 /** AutoNAT v2's dial-request protocol (autonat-v2's default prefix): a request to be dialed back, either way. */
 export const AUTONAT_DIAL_REQUEST_PROTOCOL = '/libp2p/autonat/2/dial-request'

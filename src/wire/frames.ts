@@ -2,9 +2,16 @@ import type { Stream } from '@libp2p/interface'
 // libp2p v3 streams are event-based message streams (`send`, 'message' events), no longer it-stream-types duplexes
 // with `sink`/`source`. it-length-prefixed-stream 3.x still calls `duplex.sink()` and fails on them, so we use the
 // v3-native lpStream of @libp2p/utils, which libp2p's own protocols (identify, relay) use.
-import { lpStream, type LengthPrefixedStream } from '@libp2p/utils'
+import { createRequire } from 'node:module'
+import type { LengthPrefixedStream, lpStream as LpStream } from '@libp2p/utils'
 import type { z } from 'zod'
 import { ProtocolError } from './errors.ts'
+
+// @libp2p/utils is loaded at the first framed stream, not with this module: every node imports the wire layer, and the
+// package (57 modules, ~7 MB) is only needed once a libp2p stream exists, by which time the libp2p host has loaded it
+// (require of an ES module, Node 22.12+, returns the same instance).
+const require = createRequire(import.meta.url)
+let lpStream: typeof LpStream | undefined
 
 /** Default largest frame: a long prompt fits, a memory attack does not. Protocols pick their own. */
 export const DEFAULT_MAX_FRAME_BYTES = 256 * 1024
@@ -29,6 +36,7 @@ export interface FrameStreamOptions {
 
 export function openFrames (stream: Stream, options: FrameStreamOptions = {}): FrameStream {
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+  lpStream ??= (require('@libp2p/utils') as { lpStream: typeof LpStream }).lpStream
   const lp = lpStream(stream, { maxDataLength: maxFrameBytes, maxBufferSize: Math.max(MIN_READ_BUFFER_BYTES, 2 * maxFrameBytes + 16) })
   return { stream, maxFrameBytes, lp }
 }
