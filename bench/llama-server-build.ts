@@ -3,7 +3,7 @@
 // runs at the lowest priority on two jobs because the machine it runs on is usually shared.
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { copyFile, cp, mkdir, readdir, rm, symlink } from 'node:fs/promises'
+import { copyFile, cp, mkdir, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 
@@ -71,7 +71,10 @@ async function withPrebuiltKernels (releaseBinary: string): Promise<string> {
   const releaseBin = join(releaseBinary, '..')
   const bin = join(BENCH_CACHE, 'llama.cpp', 'build-prebuilt', 'bin')
   const binary = join(bin, 'llama-server')
-  if (existsSync(binary)) return binary
+  // node-llama-cpp's build metadata, copied along: a copy made from another version of its binaries is made again
+  const metadata = '_nlcBuildMetadata.json'
+  const current = await readFile(join(PREBUILT, metadata), 'utf8').catch(() => null)
+  if (existsSync(binary) && current != null && current === await readFile(join(bin, metadata), 'utf8').catch(() => null)) return binary
   const prebuilt = await readdir(PREBUILT).catch(() => { throw new Error(`node-llama-cpp's prebuilt binaries are not at ${PREBUILT}`) })
   const variants = prebuilt.filter((file) => /^libggml-cpu-.*\.so$/.test(file))
   if (!prebuilt.includes('libggml-base.so') || variants.length === 0) throw new Error(`${PREBUILT} has no libggml-base.so or CPU variants`)
@@ -86,6 +89,7 @@ async function withPrebuiltKernels (releaseBinary: string): Promise<string> {
   await symlink(base, join(bin, soname))
   await symlink(soname, join(bin, 'libggml-base.so'))
   for (const file of variants) await copyFile(join(PREBUILT, file), join(bin, file))
+  if (current != null) await writeFile(join(bin, metadata), current)
   // The binary last: its presence marks a complete directory.
   await copyFile(releaseBinary, binary)
   return binary

@@ -10,15 +10,17 @@ import os from 'node:os'
  * - libuv's pool (4 threads by default) is where node-llama-cpp decodes and samples, one task per sequence each step.
  *   Pool threads beyond the machine's cores only contend: with four streams on 2 cores, four threads woken for the
  *   four samples of every step cost ~0.2 ms of CPU per token, and a 2-thread pool decodes 6-13 % more tokens a second
- *   (bench/README.md, Session 10). So one pool thread per core, at least 2 (a long decode never holds up file and DNS
- *   work) and at most libuv's default of 4.
+ *   (bench/README.md, Session 10). So one pool thread per core, at least 2 (so that one long decode does not hold up
+ *   file and DNS work; two at once, a chat and an embedding, still can) and at most libuv's default of 4.
  * @param {NodeJS.ProcessEnv} env
  * @returns {Record<string, string>} what to add to `env`
  */
 export function serveEnvironment (env) {
   const cores = typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length
+  // Empty counts as unset: libuv would read it as a pool of one thread, glibc as no limit
+  const unset = (/** @type {string | undefined} */ value) => value == null || value === ''
   return {
-    ...(env.MALLOC_ARENA_MAX == null ? { MALLOC_ARENA_MAX: '2' } : {}),
-    ...(env.UV_THREADPOOL_SIZE == null ? { UV_THREADPOOL_SIZE: String(Math.min(4, Math.max(2, cores))) } : {})
+    ...(unset(env.MALLOC_ARENA_MAX) ? { MALLOC_ARENA_MAX: '2' } : {}),
+    ...(unset(env.UV_THREADPOOL_SIZE) ? { UV_THREADPOOL_SIZE: String(Math.min(4, Math.max(2, cores))) } : {})
   }
 }
