@@ -1,5 +1,6 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import { createRequire } from 'node:module'
 import { Writable } from 'node:stream'
 import { startTestNode } from '../support/node.ts'
 import { bareHttpApp } from '../support/bare-app.ts'
@@ -66,6 +67,20 @@ test('GET /openapi.json documents every route with its schemas', async (t) => {
   const patch = res.body.paths['/v1/app/settings'].patch
   assert.ok(patch.responses['200'], 'PATCH settings has a response schema')
   assert.ok(patch.responses['400'], 'and its error envelope')
+})
+
+test('zod alone validates and serializes: fastify\'s default compilers (ajv, fast-json-stringify) are never loaded', async (t) => {
+  const { api } = await startTestNode(t)
+  const bad = await api.patch('/v1/app/settings', { max_storage_gb: 'lots' })
+  assert.equal(bad.status, 400, 'a body zod refuses')
+  assert.equal(bad.body.error.type, 'invalid_request_error')
+  const good = await api.get('/v1/app')
+  assert.equal(good.status, 200, 'a response zod serializes')
+  assert.equal((await api.get('/openapi.json')).status, 200)
+  // fastify and both compilers are CommonJS: whatever was loaded, by any test of this file, is in require's cache
+  const loaded = Object.keys(createRequire(import.meta.url).cache)
+  assert.ok(loaded.some((file) => file.includes('/node_modules/fastify/')), 'the cache does list what fastify loads')
+  assert.deepEqual(loaded.filter((file) => /\/node_modules\/(ajv|ajv-formats|@fastify\/ajv-compiler|@fastify\/fast-json-stringify-compiler)\//.test(file)), [])
 })
 
 test('GET /metrics speaks the Prometheus text format and counts requests by route and status', async (t) => {
