@@ -74,6 +74,9 @@ async function freePort (): Promise<number> {
   return address.port
 }
 
+/** A difference in MB with its sign: +12 MB, −54 MB. */
+const mb = (value: number): string => `${value >= 0 ? '+' : '−'}${Math.abs(value)} MB`
+
 function memory (pid: number): { rssMB: number, peakMB: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8')
   const kb = (key: string): number => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN)
@@ -276,8 +279,8 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
     const [server, mesh, direct] = TARGETS.map((t) => m(t, pick))
     rows.push(`| ${name} | ${label} | ${server.toFixed(digits)} | ${direct.toFixed(digits)} | ${mesh.toFixed(digits)} | ${(mesh / server).toFixed(2)} | ${(mesh / direct).toFixed(2)} |`)
   }
-  rows.push(`| ${name} | RSS after load MB | ${loaded['llama-server']} | ${loaded.direct} | ${loaded.meshnode} | ${(loaded.meshnode - loaded['llama-server']).toFixed(0)} MB more | |`)
-  rows.push(`| ${name} | peak RSS MB | ${peak['llama-server']} | ${peak.direct} | ${peak.meshnode} | ${(peak.meshnode - peak['llama-server']).toFixed(0)} MB more | |`)
+  rows.push(`| ${name} | RSS after load MB | ${loaded['llama-server']} | ${loaded.direct} | ${loaded.meshnode} | ${mb(loaded.meshnode - loaded['llama-server'])} | |`)
+  rows.push(`| ${name} | peak RSS MB | ${peak['llama-server']} | ${peak.direct} | ${peak.meshnode} | ${mb(peak.meshnode - peak['llama-server'])} | |`)
   const cached = (target: TargetName): string => (results.get(target)?.[0]?.chatCached ?? []).map((c) => c ?? '-').join('/')
   console.error(`${name}: cached tokens per turn, llama-server ${cached('llama-server')}, meshnode ${cached('meshnode')}`)
 
@@ -287,9 +290,13 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
   const agg = ratio('llama-server', (r) => r.decode4)
   const vsDirect = ratio('direct', (r) => r.decode1)
   const vsServer = ratio('llama-server', (r) => r.decode1)
-  console.log(`\n${name}: turn-6 TTFT ${turn6.toFixed(2)}x llama-server (<= 1.1: ${verdict(turn6 <= 1.1)}); ` +
-    `4-stream ${agg.toFixed(2)}x (>= 0.95: ${verdict(agg >= 0.95)}); 1-stream ${vsDirect.toFixed(2)}x direct (>= 0.95: ${verdict(vsDirect >= 0.95)}), ` +
-    `${vsServer.toFixed(2)}x llama-server (>= 0.9: ${verdict(vsServer >= 0.9)}); peak RSS +${peak.meshnode - peak['llama-server']} MB (<= 100: ${verdict(peak.meshnode - peak['llama-server'] <= 100)})`)
+  // Three decimals: a ratio printed as 0.95 may be 0.949, which misses
+  const x = (value: number): string => `${value.toFixed(3)}x`
+  const peakMore = peak.meshnode - peak['llama-server']
+  console.log(`\n${name}: turn-6 TTFT ${x(turn6)} llama-server (<= 1.1: ${verdict(turn6 <= 1.1)}); ` +
+    `4-stream ${x(agg)} (>= 0.95: ${verdict(agg >= 0.95)}); 1-stream ${x(vsDirect)} direct (>= 0.95: ${verdict(vsDirect >= 0.95)}), ` +
+    `${x(vsServer)} llama-server (>= 0.9: ${verdict(vsServer >= 0.9)}); peak RSS ${mb(peakMore)} (<= 100: ${verdict(peakMore <= 100)}); ` +
+    `RSS after load ${mb(loaded.meshnode - loaded['llama-server'])} (node-llama-cpp direct ${mb(loaded.direct - loaded['llama-server'])})`)
   return rows
 }
 
