@@ -201,6 +201,7 @@ export class LocalEngine implements ChatEngine {
         // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
         throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
       }
+      releaseTokenizerArrays(model)
       compactHeap() // before the context allocates its KV cache and compute buffers
       try {
         this.active = await this.activate(modelID, path, sizeBytes, llama, model)
@@ -508,6 +509,22 @@ async function inspectModelFile (modelID: string, path: string): Promise<{ sizeB
   const values = architecture?.attention?.value_length ?? keys
   const headSize = keys == null || values == null ? null : Math.min(keys, values)
   return { sizeBytes, headSize: headSize != null && Number.isSafeInteger(headSize) ? headSize : null }
+}
+
+/** What node-llama-cpp's copy of a GGUF's tokenizer may lose once the model is loaded (`releaseTokenizerArrays`). */
+export const RELEASED_TOKENIZER_KEYS = ['merges', 'scores', 'token_type'] as const
+
+/**
+ * node-llama-cpp keeps the GGUF's whole metadata as the model's `fileInfo`, the tokenizer's arrays included, though
+ * llama.cpp holds the vocabulary itself. For a vocabulary of 152k tokens with as many BPE merges (Qwen2.5's) that is
+ * 15 MB of JavaScript strings and numbers for the life of the model, measured. Once the model is loaded,
+ * node-llama-cpp 3.22 reads only the number of tokens (`tokens.length`, as `vocabularySize` does), so the merges,
+ * scores and token types are let go: 9 of the 15 MB. The tokens stay.
+ */
+function releaseTokenizerArrays (model: LlamaModel): void {
+  const ggml = (model.fileInfo.metadata as { tokenizer?: { ggml?: object } }).tokenizer?.ggml
+  if (ggml == null) return
+  for (const key of RELEASED_TOKENIZER_KEYS) Reflect.deleteProperty(ggml, key)
 }
 
 function errorMessage (err: unknown): string {

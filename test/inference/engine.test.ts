@@ -8,7 +8,8 @@ import {
   InvalidGenerationRequestError, LocalEngine, ModelLoadError, NoModelLoadedError, QueueFullError,
   type ChatEvent, type ChatRequest, type GenerateOptions, type LocalEngineOptions
 } from '../../src/inference/index.ts'
-import { resolveFlashAttention } from '../../src/inference/engine.ts'
+import { RELEASED_TOKENIZER_KEYS, resolveFlashAttention } from '../../src/inference/engine.ts'
+import { readGgufFileInfo } from 'node-llama-cpp'
 import { TINY_GGUF_CONTEXT_LENGTH, writeTinyGguf } from '../support/tiny-gguf.ts'
 
 // The tiny model never ends an answer by itself (its end tokens are never the likeliest), so maxTokens bounds every
@@ -322,6 +323,22 @@ await test('flash attention for a model: auto leaves it to llama.cpp except on t
   }
   assert.equal(resolveFlashAttention('auto', null, true), 'auto', 'a GGUF that does not say')
   assert.equal(resolveFlashAttention('off', 64, false), false)
+})
+
+await test('a loaded model keeps no JavaScript copy of its tokenizer\'s scores, token types or merges, and still generates', async (t) => {
+  const { path } = await writeTinyGguf(join(await tempDir(t), 'tiny.gguf'), { seed: 1 })
+  const inFile = (await readGgufFileInfo(path, { sourceType: 'filesystem', readTensorInfo: false })).metadata.tokenizer.ggml as unknown as Record<string, unknown[]>
+  assert.ok(Array.isArray(inFile.scores) && Array.isArray(inFile.token_type), 'the file has them (so that their release is seen)')
+  const engine = new LocalEngine({}, { threads: 1 })
+  t.after(() => engine.close())
+  await engine.load('tiny', path)
+  const kept = (engine as unknown as { active: { model: { fileInfo: { metadata: { tokenizer: { ggml: Record<string, unknown> } } } } } })
+    .active.model.fileInfo.metadata.tokenizer.ggml
+  for (const key of RELEASED_TOKENIZER_KEYS) assert.equal(kept[key], undefined, key)
+  assert.deepEqual(kept.tokens, inFile.tokens, 'the tokens stay: their count is the vocabulary\'s size')
+  const done = (await answer(engine, { ...HELLO, logitBias: { [inFile.tokens.length - 1]: 5 } })).done
+  assert.equal(done.usage.completionTokens, 24, 'generates, with a logit bias checked against the vocabulary')
+  await assert.rejects(answer(engine, { ...HELLO, logitBias: { [inFile.tokens.length]: 5 } }), InvalidGenerationRequestError)
 })
 
 await test('flashAttention reaches llama.cpp\'s context as chosen, every choice generates, and an unknown one is refused', async (t) => {
