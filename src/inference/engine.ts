@@ -512,14 +512,16 @@ async function inspectModelFile (modelID: string, path: string): Promise<{ sizeB
 }
 
 /** What node-llama-cpp's copy of a GGUF's tokenizer may lose once the model is loaded (`releaseTokenizerArrays`). */
-export const RELEASED_TOKENIZER_KEYS = ['merges', 'scores', 'token_type'] as const
+export const RELEASED_TOKENIZER_KEYS = ['merges', 'scores', 'token_type', 'precompiled_charsmap'] as const
 
 /**
  * node-llama-cpp keeps the GGUF's whole metadata as the model's `fileInfo`, the tokenizer's arrays included, though
  * llama.cpp holds the vocabulary itself. For a vocabulary of 152k tokens with as many BPE merges (Qwen2.5's) that is
  * 15 MB of JavaScript strings and numbers for the life of the model, measured. Once the model is loaded,
- * node-llama-cpp 3.22 reads only the number of tokens (`tokens.length`, as `vocabularySize` does), so the merges,
- * scores and token types are let go: 9 of the 15 MB. The tokens stay.
+ * node-llama-cpp 3.22 reads, of the tokenizer's arrays, only the number of tokens (`tokens.length`, as
+ * `vocabularySize` does; its scalar keys, the end token and the chat template, stay), so the merges, scores, token
+ * types and SentencePiece's character map are let go: 9 of the 15 MB. The tokens stay. node-llama-cpp's types still
+ * declare them: code of ours that wants them must read the GGUF itself.
  */
 function releaseTokenizerArrays (model: LlamaModel): void {
   const ggml = (model.fileInfo.metadata as { tokenizer?: { ggml?: object } }).tokenizer?.ggml

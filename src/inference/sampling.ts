@@ -64,7 +64,10 @@ export async function planSampling (request: SamplingRequest, model: LlamaModel,
   }
 }
 
-/** The number of tokens in the model's vocabulary, or null when its GGUF does not say (then ids cannot be checked). */
+/**
+ * The number of tokens in the model's vocabulary, or null when its GGUF does not say (then ids cannot be checked).
+ * The tokens are the one tokenizer array the engine leaves in `fileInfo` after a load (`releaseTokenizerArrays`).
+ */
 export function vocabularySize (model: LlamaModel): number | null {
   const metadata = model.fileInfo.metadata as unknown as Record<string, Record<string, unknown> | undefined>
   const tokens = (metadata.tokenizer?.ggml as { tokens?: unknown } | undefined)?.tokens
