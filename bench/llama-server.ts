@@ -54,8 +54,9 @@ interface RoundResult {
   chatTtftMs: number[]
   chatCached: Array<number | null>
   /**
-   * The last turn's whole answer (its TURN_ANSWER_TOKENS tokens), from the request's start: what a user waits for, where
-   * TTFT is only the prompt's share. Flash attention's choice moves the two in opposite directions (bench/README.md).
+   * The last turn's whole answer (its TURN_ANSWER_TOKENS tokens), from the request's start to its last token (not the
+   * response's end, which may wait for a server's own bookkeeping): what a user waits for, where TTFT is only the
+   * prompt's share. Flash attention's choice moves the two in opposite directions (bench/README.md).
    */
   lastTurnMs: number
   lastTurnTokens: number
@@ -231,7 +232,7 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
   const history: Message[] = [{ role: 'system', content: `Conversation ${seed}. You are a helpful assistant.` }]
   const chatTtftMs: number[] = []
   const chatCached: Array<number | null> = []
-  let lastTurn: { endMs: number, tokens: number } = { endMs: NaN, tokens: 0 }
+  let lastTurn: { lastMs: number, tokens: number } = { lastMs: NaN, tokens: 0 }
   for (let turn = 0; turn < TURNS; turn++) {
     history.push({ role: 'user', content: text(TURN_WORDS, seed * 100 + turn) })
     const [answer] = await target.generate(history, TURN_ANSWER_TOKENS, 1, true)
@@ -243,7 +244,7 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
     // and llama-server's differ), which would make one server evaluate more than the other for reasons of luck.
     history.push({ role: 'assistant', content: text(TURN_ANSWER_WORDS, seed * 100 + turn + 50) })
   }
-  return { decode1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs, chatTtftMs, chatCached, lastTurnMs: lastTurn.endMs, lastTurnTokens: lastTurn.tokens }
+  return { decode1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs, chatTtftMs, chatCached, lastTurnMs: lastTurn.lastMs, lastTurnTokens: lastTurn.tokens }
 }
 
 async function benchModel (name: string, model: string, llamaServer: string): Promise<string[]> {
