@@ -230,21 +230,21 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
   const decode4 = fourTokens / (Math.max(...four.map((r) => r.endMs)) / 1000)
   const [long] = await target.generate([{ role: 'user', content: `${seed} ${text(LONG_PROMPT_WORDS, seed)}` }], 1, 1)
   const history: Message[] = [{ role: 'system', content: `Conversation ${seed}. You are a helpful assistant.` }]
-  const chatTtftMs: number[] = []
-  const chatCached: Array<number | null> = []
-  let lastTurn: { lastMs: number, tokens: number } = { lastMs: NaN, tokens: 0 }
+  const answers: ChatStreamResult[] = []
   for (let turn = 0; turn < TURNS; turn++) {
     history.push({ role: 'user', content: text(TURN_WORDS, seed * 100 + turn) })
     const [answer] = await target.generate(history, TURN_ANSWER_TOKENS, 1, true)
-    chatTtftMs.push(answer.ttftMs)
-    chatCached.push(answer.cachedTokens)
-    lastTurn = answer
+    answers.push(answer)
     // The history carries a fixed answer of about the same length, the same for every server: a random model's text
     // re-tokenizes differently from the tokens it sampled, by a different amount on each server (meshnode's answer
     // and llama-server's differ), which would make one server evaluate more than the other for reasons of luck.
     history.push({ role: 'assistant', content: text(TURN_ANSWER_WORDS, seed * 100 + turn + 50) })
   }
-  return { decode1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs, chatTtftMs, chatCached, lastTurnMs: lastTurn.lastMs, lastTurnTokens: lastTurn.tokens }
+  const last = answers[TURNS - 1]
+  return {
+    decode1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs,
+    chatTtftMs: answers.map((a) => a.ttftMs), chatCached: answers.map((a) => a.cachedTokens), lastTurnMs: last.lastMs, lastTurnTokens: last.tokens
+  }
 }
 
 async function benchModel (name: string, model: string, llamaServer: string): Promise<string[]> {
@@ -304,10 +304,13 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
   // A ratio is printed rounded toward the side that misses, so what is printed never looks met when it is not
   // (0.9496 shows as 0.949, not 0.950); the 1e-9 keeps a binary fraction from tipping a value on the line past it
   // (1.1 * 1000 is 1100.0000000000002)
-  const atLeast = (value: number, limit: number): string =>
-    `${(Math.floor(value * 1000 + 1e-9) / 1000).toFixed(3)}x (>= ${limit}: ${value >= limit ? 'met' : 'NOT met'})`
-  const atMost = (value: number, limit: number): string =>
-    `${(Math.ceil(value * 1000 - 1e-9) / 1000).toFixed(3)}x (<= ${limit}: ${value <= limit ? 'met' : 'NOT met'})`
+  const check = (value: number, limit: number, atLeast: boolean): string => {
+    const shown = atLeast ? Math.floor(value * 1000 + 1e-9) : Math.ceil(value * 1000 - 1e-9)
+    const met = atLeast ? value >= limit : value <= limit
+    return `${(shown / 1000).toFixed(3)}x (${atLeast ? '>=' : '<='} ${limit}: ${met ? 'met' : 'NOT met'})`
+  }
+  const atLeast = (value: number, limit: number): string => check(value, limit, true)
+  const atMost = (value: number, limit: number): string => check(value, limit, false)
   const peakMore = peak.meshnode - peak['llama-server']
   console.log(`\n${name}: turn-6 TTFT ${atMost(turn6, 1.1)} llama-server (its whole answer ${lastTurn.toFixed(3)}x); 4-stream ${atLeast(agg, 0.95)}; ` +
     `1-stream ${atLeast(vsDirect, 0.95)} direct, ${atLeast(vsServer, 0.9)} llama-server; ` +
