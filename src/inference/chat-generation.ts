@@ -2,7 +2,7 @@ import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, Gb
 import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
-import { llamaModule } from './llama.ts'
+import { llamaModule, SamplingError } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
 import { canLoop, planLoop, runOnSlot } from './token-loop.ts'
@@ -12,7 +12,7 @@ import { planTools, toChatHistory, ToolCallEvents } from './tools.ts'
  * Checks a chat request against the loaded model and plans it: the history in the model's chat template, tools in
  * its function-call format, a grammar for response_format, sampling. Nothing here takes a slot.
  */
-export async function planChat (parts: ModelParts, request: ChatRequest): Promise<SlotWork<ChatEvent>> {
+export async function planChat (parts: ModelParts, request: ChatRequest, signal?: AbortSignal): Promise<SlotWork<ChatEvent>> {
   const history = toChatHistory(request.messages)
   const tools = await planTools(request, parts.chatWrapper)
   if (tools != null && request.responseFormat != null && request.responseFormat.type !== 'text') {
@@ -21,7 +21,8 @@ export async function planChat (parts: ModelParts, request: ChatRequest): Promis
   const chatWrapper = tools?.chatWrapper ?? parts.chatWrapper
   // Rendered exactly as LlamaChat renders a history it has no earlier evaluation of: with the model's turn opened.
   const rendered = chatWrapper.generateContextState({ chatHistory: withModelTurn(history), availableFunctions: tools?.functions, documentFunctionParams: true })
-  const tokens = rendered.contextText.tokenize(parts.model.tokenizer)
+  const what = tools == null ? 'The messages hold' : 'The messages and tools hold'
+  const tokens = await parts.prompt.tokenizeRendered(rendered.contextText, 'messages', { what, signal })
   const promptTokens = tokens.length
   // LlamaChat needs one free cell beyond the prompt, and then room for at least one token to sample.
   const room = parts.contextLength - promptTokens
@@ -60,6 +61,8 @@ export async function planChat (parts: ModelParts, request: ChatRequest): Promis
               })
         }))
         return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal)
+      } catch (err) {
+        throw constraintFailure(err, request, tools != null)
       } finally {
         chat.dispose({ disposeSequence: false })
       }
@@ -87,7 +90,29 @@ async function grammarFor (llama: Llama, format: ResponseFormat | null | undefin
   if (format == null || format.type === 'text') return undefined
   if (format.type === 'json_object') return await llama.getGrammarFor('json')
   if (format.type === 'json_schema') {
-    return await llama.createGrammarForJsonSchema<GbnfJsonSchema>(toGrammarSchema(format.schema, 'responseFormat.schema'))
+    const schema = toGrammarSchema(format.schema, 'responseFormat.json_schema.schema')
+    try {
+      return await llama.createGrammarForJsonSchema<GbnfJsonSchema>(schema)
+    } catch (err) {
+      // What toGrammarSchema let through and llama.cpp's grammar parser still refuses is the caller's schema too
+      throw new InvalidGenerationRequestError(`response_format's schema cannot be compiled into a grammar (${err instanceof Error ? err.message : String(err)})`, 'responseFormat.json_schema.schema')
+    }
   }
   throw new InvalidGenerationRequestError('responseFormat.type must be text, json_object or json_schema', 'responseFormat.type')
+}
+
+/**
+ * A generation under a grammar (response_format, or tools' call format) that fails in llama.cpp's sampler or grammar
+ * parser failed on what the request asked for, not on the node: no token the grammar allows was left (logit_bias
+ * banned them all), or a tool's parameters compile into a grammar llama.cpp refuses. Either is the caller's 400,
+ * naming the parameter; anything else passes unchanged.
+ */
+function constraintFailure (err: unknown, request: ChatRequest, tools: boolean): unknown {
+  const grammarParse = err instanceof Error && /Failed to parse grammar/.test(err.message)
+  if (!(err instanceof SamplingError) && !grammarParse) return err
+  const constrainedBy = tools ? 'the tools\' call format' : 'response_format'
+  if (err instanceof SamplingError && Object.keys(request.logitBias ?? {}).length > 0) {
+    return new InvalidGenerationRequestError(`logit_bias bans every token ${constrainedBy} allows next`, 'logitBias')
+  }
+  return new InvalidGenerationRequestError(`The output cannot be constrained to ${constrainedBy}: ${err.message}`, tools ? 'tools' : 'responseFormat')
 }

@@ -11,7 +11,7 @@ import { canLoop, planLoop, runOnSlot } from './token-loop.ts'
  * in the middle, in the model's own infill format; a model without infill tokens cannot, and the request is refused
  * rather than answered as a plain continuation that ignores the suffix.
  */
-export async function planCompletion (parts: ModelParts, request: CompletionRequest): Promise<SlotWork<CompletionEvent>> {
+export async function planCompletion (parts: ModelParts, request: CompletionRequest, signal?: AbortSignal): Promise<SlotWork<CompletionEvent>> {
   const { model, modelID, contextLength } = parts
   if (typeof request.prompt !== 'string') throw new InvalidGenerationRequestError('prompt must be a string', 'prompt')
   const suffix = request.suffix ?? null
@@ -25,10 +25,12 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
   // the beginning token, then the text; for infill, its markers around prefix and suffix. It is given no room to
   // shift the context, so this is exactly what the model reads.
   const bos = beginningToken(model)
-  const prompt = model.tokenize(request.prompt, false, bos != null || infill ? 'trimLeadingSpace' : undefined)
+  // The prompt and the suffix share one request's bound
+  parts.prompt.checkBytes(Buffer.byteLength(request.prompt) + (infill ? Buffer.byteLength(suffix) : 0), 'prompt', infill ? 'The prompt and suffix hold' : 'The prompt holds')
+  const prompt = await parts.prompt.tokenize(request.prompt, 'prompt', { trimLeadingSpace: bos != null || infill, signal })
   let tokens: Token[]
   if (infill) {
-    const after = model.tokenize(suffix, false, 'trimLeadingSpace')
+    const after = await parts.prompt.tokenize(suffix, 'suffix', { trimLeadingSpace: true, signal })
     const body = middleToken == null
       ? [suffixToken as Token, ...after, prefixToken as Token, ...prompt]
       : [prefixToken as Token, ...prompt, suffixToken as Token, ...after, middleToken]

@@ -1,6 +1,8 @@
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { LlamaEmbeddingContext, LlamaModel } from 'node-llama-cpp'
 import type { EmbeddingEvent, EmbeddingRequest } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
+import type { PromptTokenizer } from './prompt-tokens.ts'
 import { SlotPool } from './slot-pool.ts'
 
 /** Most strings one embeddings request may hold (OpenAI's limit is 2048). */
@@ -23,12 +25,14 @@ export interface EmbedderOptions {
  */
 export class Embedder {
   readonly #model: LlamaModel
+  readonly #prompt: PromptTokenizer
   readonly #options: EmbedderOptions
   readonly #turn: SlotPool<object>
   #context: Promise<LlamaEmbeddingContext> | null = null
 
-  constructor (model: LlamaModel, options: EmbedderOptions) {
+  constructor (model: LlamaModel, prompt: PromptTokenizer, options: EmbedderOptions) {
     this.#model = model
+    this.#prompt = prompt
     this.#options = options
     this.#turn = new SlotPool([{}], { queueSize: options.queueSize, retryAfterSeconds: options.retryAfterSeconds })
   }
@@ -50,17 +54,20 @@ export class Embedder {
     input.forEach((text, i) => {
       if (typeof text !== 'string' || text === '') throw new InvalidGenerationRequestError(`input[${i}] must be a non-empty string`, `input.${i}`)
     })
+    // Every input is measured before any is embedded, and before the request waits its turn: a request fails whole,
+    // not after half its work. One input at a time, letting the event loop turn between them (prompt-tokens.ts).
+    for (const [i, text] of input.entries()) {
+      const tokens = (await this.#prompt.tokenize(text, `input.${i}`, { what: `input[${i}] holds`, signal })).length
+      if (tokens > this.#options.contextSize) {
+        throw new InvalidGenerationRequestError(`input[${i}] takes ${tokens} tokens; this model embeds at most ${this.#options.contextSize}`, `input.${i}`)
+      }
+      await nextTurn()
+    }
     const turn = await this.#turn.acquire({ signal })
     try {
       const context = await this.#open()
-      // Every input is measured before any is embedded: a request fails whole, not after half its work.
-      const lengths = input.map((text, i) => {
-        const tokens = context.calculateInputLength(text)
-        if (tokens > this.#options.contextSize) {
-          throw new InvalidGenerationRequestError(`input[${i}] takes ${tokens} tokens; this model embeds at most ${this.#options.contextSize}`, `input.${i}`)
-        }
-        return tokens
-      })
+      // The exact count, with the tokens the model adds around an input: each now fits, so this is quick.
+      const lengths = input.map((text) => context.calculateInputLength(text))
       for (const [index, text] of input.entries()) {
         signal?.throwIfAborted()
         const { vector } = await context.getEmbeddingFor(text)

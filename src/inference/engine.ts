@@ -18,6 +18,7 @@ import { Embedder } from './embeddings.ts'
 import { ModelLoadError, ModelSwappedError, NoModelLoadedError, QueueFullError } from './errors.ts'
 import { Accelerator } from './gpu.ts'
 import { compactHeap } from './heap.ts'
+import { PromptTokenizer, TokenizerThread } from './prompt-tokens.ts'
 import { defaultInferenceThreads, llamaModule } from './llama.ts'
 import { checkTokenIDs } from './sampling.ts'
 import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type Requester } from './slot-cache.ts'
@@ -158,6 +159,8 @@ export class LocalEngine implements ChatEngine {
   private swapping: Promise<void> | null = null
   private waitingForSwap = 0
   private closed = false
+  /** Tokenizes the texts too large for the event loop, for every model this engine loads. */
+  private readonly tokenizerThread = new TokenizerThread()
 
   constructor (deps: LocalEngineDeps, options: LocalEngineOptions = {}) {
     this.log = deps.log ?? SILENT_LOGGER
@@ -241,6 +244,7 @@ export class LocalEngine implements ChatEngine {
   async close (): Promise<void> {
     this.closed = true
     await this.serially(async () => { await this.unloadActive('unloaded: the engine is closing') })
+    this.tokenizerThread.close()
   }
 
   loaded (): LoadedModelInfo | null {
@@ -267,12 +271,12 @@ export class LocalEngine implements ChatEngine {
    * finished, and it is freed even if the consumer stops pulling without ever returning.
    */
   async * generate (request: ChatRequest, options: GenerateOptions = {}): AsyncGenerator<ChatEvent, void, undefined> {
-    yield * this.onSlot(options, async (parts) => await planChat(parts, request))
+    yield * this.onSlot(options, async (parts) => await planChat(parts, request, options.signal))
   }
 
   /** Streams a text completion of `request.prompt`, with the same events, queue and abort rules as `generate`. */
   async * complete (request: CompletionRequest, options: GenerateOptions = {}): AsyncGenerator<CompletionEvent, void, undefined> {
-    yield * this.onSlot(options, async (parts) => await planCompletion(parts, request))
+    yield * this.onSlot(options, async (parts) => await planCompletion(parts, request, options.signal))
   }
 
   /** One `embedding` event per input, then `done`; refused, queued and aborted like a generation. */
@@ -294,10 +298,13 @@ export class LocalEngine implements ChatEngine {
     }
   }
 
-  /** The model's tokens for `text` (plain text: markers typed in it are not special). `addSpecial` adds the BOS. */
-  tokenize (text: string, options: { addSpecial?: boolean, modelID?: string } = {}): number[] {
+  /**
+   * The model's tokens for `text` (plain text: markers typed in it are not special). `addSpecial` adds the BOS. A text
+   * that could not fit one request is refused, as a prompt would be (prompt-tokens.ts).
+   */
+  async tokenize (text: string, options: { addSpecial?: boolean, modelID?: string, signal?: AbortSignal } = {}): Promise<number[]> {
     const { parts } = this.current(options.modelID)
-    const tokens = parts.model.tokenize(text, false)
+    const tokens = await parts.prompt.tokenize(text, 'content', { what: 'content holds', signal: options.signal })
     const bos = parts.model.tokens.bos
     return options.addSpecial === true && bos != null ? [bos, ...tokens] : tokens
   }
@@ -428,10 +435,11 @@ export class LocalEngine implements ChatEngine {
       totalLayers: model.fileInsights.totalLayers
     })
     const pool = new SlotPool(slots, { queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS })
-    const embedder = new Embedder(model, {
+    const prompt = new PromptTokenizer({ thread: this.tokenizerThread, modelID, path, model, contextLength: context.contextSize })
+    const embedder = new Embedder(model, prompt, {
       contextSize: context.contextSize, threads: this.threads, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS
     })
-    const parts: ModelParts = { modelID, contextLength: context.contextSize, llama, model, chatWrapper }
+    const parts: ModelParts = { modelID, contextLength: context.contextSize, llama, model, chatWrapper, prompt }
     return { info, parts, model, context, pool, embedder, unloading: new AbortController(), admitted: 0, whenIdle: [] }
   }
 

@@ -7,6 +7,13 @@ import { InvalidGenerationRequestError } from './errors.ts'
 // definitions) and refuse the rest here, naming the keyword, instead of answering with the wrong shape.
 
 const MAX_SCHEMA_DEPTH = 32 // deep enough for real schemas; bounds our recursion and the grammar's size
+/**
+ * The largest least count (minLength, minItems, minProperties) constrained output may require: node-llama-cpp writes
+ * it as a repetition `{n,}` of the grammar, and llama.cpp's grammar parser refuses more than this ("number of
+ * repetitions exceeds sane defaults", measured at its pinned version), so a larger one is refused here, by name.
+ * The most counts (maxLength, ...) are written as nested options, and any is taken.
+ */
+export const MAX_SCHEMA_LEAST_COUNT = 1000
 const PRIMITIVE_TYPES = new Set(['string', 'number', 'integer', 'boolean', 'null'])
 const TYPES = new Set([...PRIMITIVE_TYPES, 'object', 'array'])
 const STRING_FORMATS = new Set(['date-time', 'time', 'date'])
@@ -154,6 +161,9 @@ function checkCount (s: SchemaObject, path: string, keys: readonly string[]): vo
     const value = s[key]
     if (value !== undefined && !(Number.isSafeInteger(value) && (value as number) >= 0)) {
       throw invalid(`${path}.${key}`, 'must be a non-negative integer')
+    }
+    if (key.startsWith('min') && typeof value === 'number' && value > MAX_SCHEMA_LEAST_COUNT) {
+      throw invalid(`${path}.${key}`, `is ${value}; constrained output can require at most ${MAX_SCHEMA_LEAST_COUNT}`)
     }
   }
 }

@@ -81,7 +81,7 @@ export class LocalRouter implements ChatRouter {
   /** Tokens of `text` in the model's vocabulary; the model is loaded first if it is only downloaded. */
   async tokenize (modelID: string, text: string, options: { addSpecial?: boolean, signal?: AbortSignal } = {}): Promise<number[]> {
     const loadedID = await this.#ready(modelID, options.signal)
-    return this.#deps.engine.tokenize(text, { addSpecial: options.addSpecial, modelID: loadedID })
+    return await this.#deps.engine.tokenize(text, { addSpecial: options.addSpecial, modelID: loadedID, signal: options.signal })
   }
 
   async detokenize (modelID: string, tokens: number[], options: { signal?: AbortSignal } = {}): Promise<string> {

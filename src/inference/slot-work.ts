@@ -1,5 +1,6 @@
 import type { ChatWrapper, Llama, LlamaContextSequence, LlamaModel, Token } from 'node-llama-cpp'
 import type { DoneEvent, FinishReason } from './chat.ts'
+import type { PromptTokenizer } from './prompt-tokens.ts'
 import type { CachedSlot } from './slot-cache.ts'
 
 // The contract between the engine, which owns the slots and the queue, and each kind of generation (chat, text
@@ -18,6 +19,8 @@ export interface ModelParts {
   readonly llama: Llama
   readonly model: LlamaModel
   readonly chatWrapper: ChatWrapper
+  /** Every text a request brings is tokenized through it (prompt-tokens.ts), never with `model.tokenize` directly. */
+  readonly prompt: PromptTokenizer
 }
 
 /**

@@ -1,0 +1,159 @@
+// How every text a request brings (a chat's rendered prompt, a completion's prompt, embeddings' inputs, /v1/tokenize)
+// becomes tokens without holding the node's event loop. Two rules:
+// - A cheap bound first: no token of a model's vocabulary stands for more bytes of text than its longest one, so a
+//   text longer than the context's tokens times that length cannot fit, and is refused before it is tokenized.
+// - A text that passes and is still large is tokenized in a worker thread (tokenizer-thread.ts): llama.cpp's
+//   tokenizers cost far more than linear on text outside the vocabulary (80,000 emoji take 3 s; 260,000 took 37 s),
+//   and a node must keep answering /health, streams and peers meanwhile.
+// What then fits the context is small enough for node-llama-cpp to tokenize again on the loop where it does so itself.
+import { Worker } from 'node:worker_threads'
+import type { LlamaModel, LlamaText, Token } from 'node-llama-cpp'
+import { InvalidGenerationRequestError, QueueFullError } from './errors.ts'
+import type { TokenizeAnswer, TokenizeJob } from './tokenizer-thread.ts'
+
+/** Texts up to this many bytes are tokenized on the event loop: at worst a few tens of milliseconds, measured. */
+export const INLINE_TOKENIZE_BYTES = 32 * 1024
+/** Large texts that may wait for the tokenizer thread at once; the next one is refused as busy. */
+export const MAX_QUEUED_TOKENIZATIONS = 16
+/** The tokenizer thread ends after this long without work, and gives its memory back. */
+const THREAD_IDLE_MS = 30_000
+const RETRY_AFTER_SECONDS = 1
+
+/** The longest text, in UTF-8 bytes, any one token of this model's vocabulary stands for (at least 1). */
+export function longestTokenBytes (model: LlamaModel): number {
+  // The token strings are the one tokenizer array the engine keeps after a load (engine.ts, releaseTokenizerArrays).
+  // A byte-level BPE writes each byte of text as one character, SentencePiece writes the text itself (a space as the
+  // 3-byte ▁), WordPiece adds "##": in every case a token's string has at least as many bytes as the text it covers.
+  const tokens = (model.fileInfo.metadata.tokenizer?.ggml as { tokens?: unknown } | undefined)?.tokens
+  let longest = 1
+  if (Array.isArray(tokens)) for (const token of tokens) if (typeof token === 'string') longest = Math.max(longest, Buffer.byteLength(token))
+  return longest
+}
+
+/** The UTF-8 bytes of the text a rendered prompt holds (special tokens by their names' length). */
+export function renderedBytes (text: LlamaText): number {
+  let bytes = 0
+  for (const value of text.values) bytes += Buffer.byteLength(typeof value === 'string' ? value : value.value)
+  return bytes
+}
+
+export interface PromptTokenizerOptions {
+  /** Where large texts are tokenized: the engine's. */
+  thread: TokenizerThread
+  modelID: string
+  path: string
+  model: LlamaModel
+  /** Tokens one request may use. */
+  contextLength: number
+}
+
+/** One loaded model's tokenizer, as requests use it (see the rules at the top of this file). */
+export class PromptTokenizer {
+  /** The most UTF-8 bytes of text one request may bring: the context's tokens times the longest token's bytes. */
+  readonly maxBytes: number
+  readonly #options: PromptTokenizerOptions
+  readonly #longestToken: number
+
+  constructor (options: PromptTokenizerOptions) {
+    this.#options = options
+    this.#longestToken = longestTokenBytes(options.model)
+    this.maxBytes = options.contextLength * this.#longestToken
+  }
+
+  /** Refuses `bytes` of text in `param` that could not fit the context, whatever its tokens. */
+  checkBytes (bytes: number, param: string, what: string): void {
+    if (bytes <= this.maxBytes) return
+    const { modelID, contextLength } = this.#options
+    throw new InvalidGenerationRequestError(
+      `${what} ${bytes} bytes of text; model ${modelID} reads at most ${this.maxBytes} per request ` +
+      `(${contextLength} tokens of at most ${this.#longestToken} bytes each)`, param)
+  }
+
+  /** The tokens of plain `text` (markers typed in it are not special), as `LlamaModel.tokenize` makes them. */
+  async tokenize (text: string, param: string, options: { trimLeadingSpace?: boolean, what?: string, signal?: AbortSignal } = {}): Promise<Token[]> {
+    const bytes = Buffer.byteLength(text)
+    this.checkBytes(bytes, param, options.what ?? `${param} holds`)
+    const trimLeadingSpace = options.trimLeadingSpace === true
+    if (bytes <= INLINE_TOKENIZE_BYTES) return this.#options.model.tokenize(text, false, trimLeadingSpace ? 'trimLeadingSpace' : undefined)
+    return await this.#options.thread.tokenize({ path: this.#options.path, text, trimLeadingSpace }, options.signal)
+  }
+
+  /** The tokens of a rendered prompt, as `LlamaText.tokenize` makes them. */
+  async tokenizeRendered (text: LlamaText, param: string, options: { what?: string, signal?: AbortSignal } = {}): Promise<Token[]> {
+    const bytes = renderedBytes(text)
+    this.checkBytes(bytes, param, options.what ?? `${param} hold`)
+    if (bytes <= INLINE_TOKENIZE_BYTES) return text.tokenize(this.#options.model.tokenizer)
+    return await this.#options.thread.tokenize({ path: this.#options.path, text: text.toJSON(), trimLeadingSpace: false }, options.signal)
+  }
+}
+
+interface Pending {
+  resolve: (tokens: Token[]) => void
+  reject: (err: Error) => void
+}
+
+/**
+ * A tokenizer thread, started on the first large text and ended when idle (an engine owns one). Its jobs run one after
+ * another; a caller that gives up stops waiting, and the thread finishes the job regardless (llama.cpp cannot be
+ * interrupted mid-tokenization).
+ */
+export class TokenizerThread {
+  #worker: Worker | null = null
+  #nextID = 0
+  readonly #pending = new Map<number, Pending>()
+  #idleTimer: NodeJS.Timeout | null = null
+
+  async tokenize (job: Omit<TokenizeJob, 'id'>, signal?: AbortSignal): Promise<Token[]> {
+    signal?.throwIfAborted()
+    if (this.#pending.size >= MAX_QUEUED_TOKENIZATIONS) throw new QueueFullError(MAX_QUEUED_TOKENIZATIONS, RETRY_AFTER_SECONDS)
+    const worker = this.#start()
+    const id = this.#nextID++
+    const answer = new Promise<Token[]>((resolve, reject) => { this.#pending.set(id, { resolve, reject }) })
+    worker.postMessage({ ...job, id } satisfies TokenizeJob)
+    if (signal == null) return await answer
+    const gaveUp = new Promise<never>((_resolve, reject) => {
+      signal.addEventListener('abort', () => { reject(signal.reason) }, { once: true })
+    })
+    return await Promise.race([answer, gaveUp])
+  }
+
+  #start (): Worker {
+    if (this.#idleTimer != null) clearTimeout(this.#idleTimer)
+    this.#idleTimer = null
+    if (this.#worker != null) return this.#worker
+    const worker = new Worker(new URL('./tokenizer-thread.ts', import.meta.url))
+    worker.unref() // a node stopping never waits for it
+    worker.on('message', (answer: TokenizeAnswer) => {
+      const pending = this.#pending.get(answer.id)
+      if (pending == null) return
+      this.#pending.delete(answer.id)
+      if ('tokens' in answer) pending.resolve(Array.from(answer.tokens) as Token[])
+      else pending.reject(new InvalidGenerationRequestError(`The text could not be tokenized: ${answer.error}`, 'input'))
+      if (this.#pending.size === 0) this.#idle(worker)
+    })
+    worker.on('error', (err) => { this.#end(worker, err) })
+    worker.on('exit', () => { this.#end(worker, new Error('The tokenizer thread stopped')) })
+    this.#worker = worker
+    return worker
+  }
+
+  /** Ends the thread; waiting callers are refused. */
+  close (): void {
+    if (this.#idleTimer != null) clearTimeout(this.#idleTimer)
+    if (this.#worker != null) this.#end(this.#worker, null)
+  }
+
+  #idle (worker: Worker): void {
+    this.#idleTimer = setTimeout(() => {
+      if (this.#worker === worker && this.#pending.size === 0) this.#end(worker, null)
+    }, THREAD_IDLE_MS).unref()
+  }
+
+  #end (worker: Worker, err: Error | null): void {
+    if (this.#worker !== worker) return
+    this.#worker = null
+    for (const pending of this.#pending.values()) pending.reject(err ?? new Error('The tokenizer thread stopped'))
+    this.#pending.clear()
+    void worker.terminate()
+  }
+}
