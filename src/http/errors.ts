@@ -38,7 +38,10 @@ export class ClientClosedError extends Error {
 export function classify (err: unknown, requestID: string): Classified {
   if (err instanceof ClientClosedError) return plain(499, 'client_closed_request', err.message)
   // The engine names its fields in our camelCase; the client sent OpenAI's snake_case names (max_tokens).
-  if (err instanceof InvalidGenerationRequestError) return plain(400, 'invalid_request_error', err.message, snakeCase(err.param))
+  if (err instanceof InvalidGenerationRequestError) {
+    const param = wireParam(err.param)
+    return plain(400, 'invalid_request_error', err.param == null || param == null ? err.message : err.message.replaceAll(err.param, param), param)
+  }
   if (err instanceof InvalidInputError) return plain(400, 'invalid_request_error', err.message, err.param)
   if (err instanceof AuthenticationError) return { ...plain(401, 'authentication_error', err.message), code: err.code }
   if (err instanceof InsufficientCreditsError) return plain(402, 'insufficient_credits', err.message)
@@ -110,8 +113,14 @@ function fromFastifyError (err: unknown): Classified | null {
   return null
 }
 
-function snakeCase (param: string | null): string | null {
-  return param?.replace(/[a-z][A-Z]/g, (pair) => `${pair[0]}_${pair[1].toLowerCase()}`) ?? null
+/**
+ * A parameter path of the engine's as the client spelled it: only the request field it starts with is ours
+ * (`maxTokens` → `max_tokens`); what follows is the client's own (a schema's `minItems`, a property's name).
+ */
+function wireParam (param: string | null): string | null {
+  if (param == null) return null
+  const [field, ...rest] = param.split('.')
+  return [field.replace(/[a-z][A-Z]/g, (pair) => `${pair[0]}_${pair[1].toLowerCase()}`), ...rest].join('.')
 }
 
 function plain (status: number, type: string, message: string, param: string | null = null): Classified {
