@@ -37,7 +37,9 @@ export function serverOptions (limits: ConnectionLimits): ServerOptions {
     headersTimeout: limits.headersTimeoutMs,
     requestTimeout: limits.requestTimeoutMs,
     keepAliveTimeout: limits.keepAliveTimeoutMs,
-    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs)
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+    // Node would answer a request without Host with a bare 400 and no body; the Host guard refuses it in the envelope
+    requireHostHeader: false
   }
 }
 

@@ -1,6 +1,6 @@
 import { isIP } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { AuthenticationError, PermissionError } from '../errors.ts'
+import { AuthenticationError, InvalidInputError, PermissionError } from '../errors.ts'
 import type { ApiKeys, Principal, Sessions } from '../keys/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
 import { readSessionCookie } from './session-cookie.ts'
@@ -36,6 +36,7 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
   app.decorateRequest('principal', null)
 
   app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+    if (request.headers.host == null) throw new InvalidInputError('The Host header is required', 'host')
     const host = hostName(request.headers.host)
     if (host == null || !(isIP(host) !== 0 || isLoopbackName(host) || allowedHosts.has(host))) {
       throw new PermissionError(`Host not allowed: ${request.headers.host ?? '(none)'}`)

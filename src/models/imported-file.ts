@@ -17,7 +17,7 @@ export interface ImportedFile {
 
 /**
  * Checks that `path` is an absolute path to a readable GGUF file: NotFoundError when nothing is there, InvalidInputError
- * (on `path`) for a relative path, a directory, an unreadable file or one that is not GGUF.
+ * (on `path`) for a relative path, a directory or other special file, an unreadable file or one that is not GGUF.
  */
 export async function inspectImportedFile (path: string): Promise<ImportedFile> {
   if (path.includes('\0')) throw new InvalidInputError('path must not contain a NUL character', 'path')
@@ -44,8 +44,10 @@ export async function inspectImportedFile (path: string): Promise<ImportedFile> 
       await file.close()
     }
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'EACCES') throw new InvalidInputError(`${absolute} cannot be read by the node (permission denied)`, 'path')
-    throw err
+    // Permission, or a file that stat calls regular and no read can serve (/proc/self/mem answers EIO): either way
+    // the user named a path the node cannot use
+    const code = (err as NodeJS.ErrnoException).code
+    throw new InvalidInputError(`${absolute} cannot be read by the node (${code === 'EACCES' ? 'permission denied' : code ?? String(err)})`, 'path')
   }
   if (magic !== GGUF_MAGIC) throw new InvalidInputError(`${absolute} is not a GGUF file (it does not start with "GGUF")`, 'path')
   return { path: absolute, sizeBytes: size }

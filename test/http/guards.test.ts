@@ -1,6 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { request } from 'node:http'
+import { connect } from 'node:net'
 import { startTestNode, type TestNode } from '../support/node.ts'
 
 /** A raw HTTP request, so a test can send any Host header (fetch will not). */
@@ -29,6 +30,25 @@ test('Host must be a loopback name, an IP literal or a configured host (DNS-rebi
     assert.equal(res.body.error.type, 'permission_error')
     assert.match(res.body.error.message, /Host not allowed/)
   }
+})
+
+test('a request without Host is refused with a 400 in the envelope, not a bare status line', async (t) => {
+  const { node } = await startTestNode(t)
+  const { hostname, port } = new URL(node.url)
+  const answer = await new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => { socket.end('GET /v1/app HTTP/1.1\r\nConnection: close\r\n\r\n') })
+    let text = ''
+    socket.on('data', (chunk: Buffer) => { text += chunk.toString() })
+    socket.on('end', () => { resolve(text) })
+    socket.on('error', reject)
+  })
+  const [head, body] = answer.split('\r\n\r\n')
+  assert.match(head, /^HTTP\/1\.1 400 /)
+  assert.match(head, /content-type: application\/json/i)
+  const envelope = JSON.parse(body)
+  assert.equal(envelope.error.type, 'invalid_request_error')
+  assert.equal(envelope.error.param, 'host')
+  assert.match(envelope.error.message, /Host header is required/)
 })
 
 test('a foreign Origin is refused; an allowed one gets CORS for itself only, preflight included', async (t) => {
