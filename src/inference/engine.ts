@@ -176,7 +176,8 @@ export class LocalEngine implements ChatEngine {
   }
 
   /**
-   * Loads a GGUF file and makes it the model every request uses. A model already loaded is unloaded first, so two
+   * Loads a GGUF file and makes it the model every request uses; loading the model already loaded from the same file
+   * does nothing and resolves with its info (the same object). A model already loaded is unloaded first, so two
    * models never share this machine's memory: its generations are aborted (see `unload`), or with `whenIdle`
    * allowed to finish. Requests that arrive during the load wait for it. A file that is missing or not GGUF is
    * refused before anything changes; if the new model fails later, no model is loaded.
@@ -184,6 +185,9 @@ export class LocalEngine implements ChatEngine {
   async load (modelID: string, path: string, options: LoadOptions = {}): Promise<LoadedModelInfo> {
     const step = this.serially(async () => {
       if (this.closed) throw new ModelLoadError(modelID, 'the engine is closed')
+      // The model already loaded, from the same file (the engine's settings are fixed): nothing to change, and the
+      // generations running on it go on
+      if (this.active?.info.modelID === modelID && this.active.info.path === path) return this.active.info
       // A missing or non-GGUF file is refused while the current model still serves
       const { sizeBytes, headSize } = await inspectModelFile(modelID, path)
       if (options.whenIdle === true && this.active != null) await idle(this.active)

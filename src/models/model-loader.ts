@@ -49,7 +49,8 @@ export class ModelLoader {
   /** Loads a model into the engine, replacing the one loaded; remembers it as the one to reload at the next start. */
   async load (model: LoadableModel, options: LoadOptions = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
     const { key, modelID, path } = model
-    this.#loading = { key, modelID }
+    const before = this.#deps.engine.loaded()
+    if (before?.modelID !== modelID || before.path !== path) this.#loading = { key, modelID }
     let info: LoadedModelInfo
     try {
       info = await this.#deps.engine.load(modelID, path, options)
@@ -57,7 +58,8 @@ export class ModelLoader {
       if (this.#loading?.key === key) this.#loading = null
     }
     this.#deps.records.markLoaded(key, info.trainContextLength)
-    this.#deps.events.emit('model.loaded', { modelID, contextLength: info.contextLength })
+    // The engine answers a load of the model it holds with the same info: nothing was loaded, nothing to announce
+    if (info !== before) this.#deps.events.emit('model.loaded', { modelID, contextLength: info.contextLength })
     return { modelID, status: 'loaded', contextLength: info.contextLength }
   }
 

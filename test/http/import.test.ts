@@ -130,3 +130,44 @@ test('a peer asks for an imported model by its id and this node serves it', asyn
   assert.equal(response.headers.get('x-served-by'), `peer:${owner.nodeID}`)
   assert.equal(data.usage?.completion_tokens, 4)
 })
+
+test('loading the loaded model is a no-op and its stream goes on; loading another waits for the running stream', async (t) => {
+  const outside = await tempDir(t, 'meshnode-user-models-')
+  const first = await writeTinyGguf(join(outside, 'first.gguf'), { seed: 3, contextLength: 4096 })
+  const second = await writeTinyGguf(join(outside, 'second.gguf'), { seed: 4, contextLength: 4096 })
+  const node = await startTestNode(t, { contextSize: 4096 })
+  for (const gguf of [first, second]) assert.equal((await node.api.post('/v1/app/models/import', { path: gguf.path })).status, 200)
+  assert.equal((await node.api.post('/v1/app/models/load', { modelID: 'first' })).status, 200)
+  const order: string[] = []
+  /** A long answer (the tiny model never ends one itself), read to its end; resolves with its last chunk. */
+  const longStream = async (): Promise<{ finishReason: string | null, errors: string[] }> => {
+    const res = await fetch(`${node.node.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'first', messages: hello, max_tokens: 3000, stream: true })
+    })
+    assert.equal(res.status, 200)
+    const text = await res.text()
+    order.push('stream done')
+    const data = text.split('\n').filter((line) => line.startsWith('data: {')).map((line) => JSON.parse(line.slice(6)))
+    return { finishReason: data.at(-1)?.choices?.[0]?.finish_reason ?? null, errors: data.filter((d) => d.error != null).map((d) => d.error.message) }
+  }
+
+  const same = longStream()
+  await waitFor(() => node.node.engine.stats().busySlots > 0 || order.length > 0, { what: 'the stream to run' })
+  const reload = await node.api.post('/v1/app/models/load', { modelID: 'first' })
+  order.push('load done')
+  assert.deepEqual(reload.body, { status: 'loaded', modelID: 'first', contextLength: 4096 })
+  assert.deepEqual(await same, { finishReason: 'length', errors: [] })
+  assert.deepEqual(order, ['load done', 'stream done'], 'the load answered while the stream ran on')
+
+  order.length = 0
+  const other = longStream()
+  await waitFor(() => node.node.engine.stats().busySlots > 0 || order.length > 0, { what: 'the stream to run' })
+  const swap = await node.api.post('/v1/app/models/load', { modelID: 'second' })
+  order.push('load done')
+  assert.equal(swap.status, 200, JSON.stringify(swap.body))
+  assert.deepEqual(await other, { finishReason: 'length', errors: [] })
+  assert.deepEqual(order, ['stream done', 'load done'], 'the load waited for the stream')
+  assert.equal((await node.api.get('/v1/app')).body.model.modelID, 'second')
+})

@@ -32,7 +32,8 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
   app.post('/v1/app/models/load', {
     schema: { summary: 'Load a downloaded model into the engine', tags, body: ModelIDBody, response: { 200: ModelLoaded, ...errorResponses } }
   }, async (request) => {
-    const loaded = await models.load(request.body.modelID)
+    // The generations running on the model it replaces finish first: an explicit load never cuts an answer short
+    const loaded = await models.load(request.body.modelID, { whenIdle: true })
     return { status: 'loaded' as const, modelID: loaded.modelID, contextLength: loaded.contextLength }
   })
 
