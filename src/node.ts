@@ -6,7 +6,7 @@ import { ADMIN_TOKEN_FILE, DASHBOARD_DIR, VERSION, type NodeConfig } from './con
 import { InvalidInputError } from './errors.ts'
 import { buildHttpApp } from './http/app.ts'
 import { NetworkListener, readTlsCredentials } from './http/network-listener.ts'
-import { drainConnections } from './http/connections.ts'
+import { drainConnections, ensurePortFree } from './http/connections.ts'
 import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
@@ -20,7 +20,7 @@ import { PtnService } from './ptn/index.ts'
 import { ServingPolicy } from './serving/index.ts'
 import { AgentService } from './agent/index.ts'
 import { SettingsStore } from './settings/index.ts'
-import { openDatabase, writeFileAtomic, type Database } from './store/index.ts'
+import { lockDataDir, openDatabase, writeFileAtomic, type Database } from './store/index.ts'
 import { availableParallelism } from 'node:os'
 import { detectHardware } from './system/hardware.ts'
 import { KeepAwake } from './system/keep-awake.ts'
@@ -61,12 +61,24 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
   }
   const tls = config.tls == null ? null : readTlsCredentials(config.tls)
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 })
+  // A start that cannot run fails here, before it touches the data dir's files or the network: another node holds the
+  // directory, or the port is taken.
+  const unlock = lockDataDir(config.dataDir)
+  const cleanups: Array<() => Promise<void> | void> = [unlock]
   const ptnDir = join(config.dataDir, 'ptn')
-  // Issue 14: refuses to start when the key or the database is missing beside the other, never replacing either.
-  const { identity, db } = openNodeIdentity({ openDatabase: () => openDatabase(join(config.dataDir, DATABASE_FILE)), log }, {
-    dataDir: config.dataDir, databaseFile: DATABASE_FILE, ptnDir, resetIdentity: config.resetIdentity
-  })
-  const cleanups: Array<() => Promise<void> | void> = [() => { db.close() }]
+  let identity: NodeIdentity
+  let db: Database
+  try {
+    if (config.port !== 0) await ensurePortFree(config.host, config.port)
+    // Refuses to start when the key or the database is missing beside the other, never replacing either.
+    ;({ identity, db } = openNodeIdentity({ openDatabase: () => openDatabase(join(config.dataDir, DATABASE_FILE)), log }, {
+      dataDir: config.dataDir, databaseFile: DATABASE_FILE, ptnDir, resetIdentity: config.resetIdentity
+    }))
+  } catch (err) {
+    unlock()
+    throw err
+  }
+  cleanups.unshift(() => { db.close() })
   try {
     const adminToken = randomBytes(32).toString('base64url')
     writeFileAtomic(join(config.dataDir, ADMIN_TOKEN_FILE), adminToken + '\n', 0o600)

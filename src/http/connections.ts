@@ -1,5 +1,5 @@
 import type { Server, ServerOptions } from 'node:http'
-import type { Socket } from 'node:net'
+import { createServer, type Socket } from 'node:net'
 import type { Logger } from 'pino'
 import { isLoopbackAddress } from './guards.ts'
 
@@ -98,4 +98,17 @@ export class ConnectionCap {
       else this.#open.set(address, left)
     })
   }
+}
+
+/**
+ * Resolves when `port` on `host` can be listened on now; rejects with the listen error (EADDRINUSE) otherwise. A node
+ * checks it before it opens anything, so that a start on a taken port fails at once, having changed nothing.
+ */
+export async function ensurePortFree (host: string, port: number): Promise<void> {
+  const probe = createServer()
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject)
+    probe.listen({ host, port, exclusive: true }, () => { resolve() })
+  })
+  await new Promise<void>((resolve) => { probe.close(() => { resolve() }) })
 }
