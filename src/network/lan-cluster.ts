@@ -22,6 +22,11 @@ export interface LanClusterOptions {
   listen: string[]
   /** Deadline of one handshake, the dial included. @default 15_000 */
   handshakeTimeoutMs?: number
+  /**
+   * How long the node whose id is the higher of two waits for the other to dial it before it dials itself (when the
+   * other's mDNS never finds it). @default 5_000
+   */
+  answerWaitMs?: number
 }
 
 /**
@@ -33,8 +38,11 @@ export class LanCluster {
   readonly #deps: LanClusterDeps
   readonly #listen: string[]
   readonly #handshakeTimeoutMs: number
-  /** nodeIDs found by mDNS whose handshake is under way. */
+  readonly #answerWaitMs: number
+  /** nodeIDs found by mDNS whose handshake is under way, or that this node waits for to dial it. */
   readonly #joining = new Set<string>()
+  /** nodeIDs whose handshake this node is answering now. */
+  readonly #answering = new Set<string>()
   #host: PeerHost | null = null
   #shutdown: AbortController | null = null
   #key: Promise<Buffer> | null = null
@@ -44,6 +52,7 @@ export class LanCluster {
     this.#deps = deps
     this.#listen = options.listen
     this.#handshakeTimeoutMs = options.handshakeTimeoutMs ?? 15_000
+    this.#answerWaitMs = options.answerWaitMs ?? 5_000
   }
 
   /** Registers the cluster protocol (strangers may open it: it is how they become peers). */
@@ -54,8 +63,13 @@ export class LanCluster {
       admit: (nodeID) => { this.#deps.admission.admitLan(nodeID) }
     })
     await this.#deps.registry.handle(CLUSTER_PROTOCOL, async (stream, peer) => {
-      const admitted = await respond(stream, peer.nodeID)
-      if (!admitted) await this.#deps.hangUpIfStranger(peer.nodeID, 'cluster handshake failed')
+      this.#answering.add(peer.nodeID)
+      try {
+        const admitted = await respond(stream, peer.nodeID)
+        if (!admitted) await this.#deps.hangUpIfStranger(peer.nodeID, 'cluster handshake failed')
+      } finally {
+        this.#answering.delete(peer.nodeID)
+      }
     }, { maxInboundStreams: MAX_INBOUND_CLUSTER_STREAMS, allowStrangers: true })
   }
 
@@ -111,13 +125,24 @@ export class LanCluster {
     if (signal == null || signal.aborted || host == null || key == null) return
     const { admission } = this.#deps
     if (nodeID === this.#deps.self || admission.isLanAdmitted(nodeID) || admission.isBanned(nodeID) || this.#joining.has(nodeID)) return
-    this.#join(host, nodeID, found, key, signal).catch((err: unknown) => {
+    // Both nodes' mDNS find each other at about the same moment. Were both to dial, each would close one of the two
+    // connections (connection-policy.ts keeps one per peer) under a handshake running on it. So the lower id dials and
+    // the higher answers; the higher dials too only when no handshake has come after a while.
+    const wait = this.#deps.self > nodeID ? this.#answerWaitMs : 0
+    this.#joining.add(nodeID)
+    this.#join(host, nodeID, found, key, signal, wait).catch((err: unknown) => {
       this.#deps.log.error({ err, nodeID }, 'LAN handshake failed unexpectedly')
-    })
+    }).finally(() => { this.#joining.delete(nodeID) })
   }
 
-  async #join (host: PeerHost, nodeID: string, found: Libp2pPeerInfo, key: Promise<Buffer>, signal: AbortSignal): Promise<void> {
-    this.#joining.add(nodeID)
+  async #join (host: PeerHost, nodeID: string, found: Libp2pPeerInfo, key: Promise<Buffer>, signal: AbortSignal, waitMs: number): Promise<void> {
+    if (waitMs > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, waitMs)
+        signal.addEventListener('abort', () => { clearTimeout(timer); resolve() }, { once: true })
+      })
+      if (signal.aborted || key !== this.#key || this.#deps.admission.isLanAdmitted(nodeID) || this.#answering.has(nodeID)) return
+    }
     const deadline = AbortSignal.any([signal, AbortSignal.timeout(this.#handshakeTimeoutMs)])
     try {
       if (host.getConnections(found.id).length === 0) {
@@ -130,8 +155,6 @@ export class LanCluster {
       if (signal.aborted) return
       this.#deps.log.info({ nodeID, reason: (err as Error).message }, 'LAN node not admitted to the cluster')
       await this.#deps.hangUpIfStranger(nodeID, 'cluster handshake failed')
-    } finally {
-      this.#joining.delete(nodeID)
     }
   }
 }

@@ -50,6 +50,11 @@ test('LAN cluster: mDNS discovery in network namespaces; a wrong passcode is no 
       return one.some(p => p.nodeID === alpha2.nodeID && p.type === 'lan') && two.some(p => p.nodeID === alpha1.nodeID && p.type === 'lan')
     }, { timeoutMs: 60_000, intervalMs: 300, what: 'the two nodes with the same passcode to be LAN peers' })
     assert.deepEqual((await alpha1.api('GET', '/v1/app')).peers, { lan: 1, wan: 0 })
+    // Both found each other at once; one dialed, one handshake admitted both, and neither refused the other
+    for (const [node, other] of [[alpha1, alpha2], [alpha2, alpha1]]) {
+      const refusals = node.output().split('\n').filter((line) => line.includes(other.nodeID) && /not admitted|handshake failed/.test(line))
+      assert.deepEqual(refusals, [], 'no failed handshake between the two')
+    }
     // The CLI shows the same table.
     const listed = JSON.parse(await alpha1.cli('peers', '--json')) as { peers: Array<{ nodeID: string, type: string }> }
     assert.deepEqual(listed.peers.map(p => [p.nodeID, p.type]), [[alpha2.nodeID, 'lan']])
@@ -66,4 +71,7 @@ test('LAN cluster: mDNS discovery in network namespaces; a wrong passcode is no 
     await alpha2.api('PATCH', '/v1/app/settings', { cluster_enabled: false })
     await waitFor(async () => (await lanPeers(alpha1)).length === 0, { timeoutMs: 20_000, intervalMs: 300, what: 'the peer to drop the node that left' })
     assert.deepEqual(await lanPeers(alpha2), [])
+    // The CLI says what each is doing about having no peer
+    assert.match(await alpha1.cli('peers'), /No peers yet: waiting for LAN peers/)
+    assert.match(await alpha2.cli('peers'), /No peers\. Turn on the LAN cluster/)
   })
