@@ -71,7 +71,7 @@ export class Embedder {
       for (const [index, text] of input.entries()) {
         signal?.throwIfAborted()
         const { vector } = await context.getEmbeddingFor(text)
-        yield { type: 'embedding', index, vector: [...vector] }
+        yield { type: 'embedding', index, vector: unitLength(vector) }
       }
       const promptTokens = lengths.reduce((sum, n) => sum + n, 0)
       yield { type: 'done', finishReason: 'stop', usage: { promptTokens, completionTokens: 0, totalTokens: promptTokens, cachedTokens: 0 } }
@@ -100,4 +100,15 @@ export class Embedder {
     })
     return await this.#context
   }
+}
+
+/**
+ * The vector scaled to length 1, as OpenAI's embeddings are (and Ollama's): clients compare them by dot product. llama.cpp
+ * answers the pooled values as they are. An all-zero vector stays as it is.
+ */
+export function unitLength (vector: readonly number[]): number[] {
+  let sum = 0
+  for (const value of vector) sum += value * value
+  const norm = Math.sqrt(sum)
+  return norm === 0 ? [...vector] : vector.map((value) => value / norm)
 }

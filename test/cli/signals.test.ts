@@ -97,6 +97,15 @@ test(`SIGTERM or SIGHUP to bin/meshnode.js run by the system Node (${systemNodeV
   }
 })
 
+test(`package.json's engines admit the system Node (${systemNodeVersion}) the launcher runs on, so npm warns of nothing`, () => {
+  const { engines } = JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')) as { engines: { node: string } }
+  const floor = /^>=(\d+)$/.exec(engines.node)
+  assert.ok(floor != null, `engines.node is a plain floor: ${engines.node}`)
+  // The launcher runs the node on the pinned Node 24 under any Node from 18 on (bin/meshnode.js)
+  assert.equal(Number(floor[1]), 18)
+  assert.ok(Number(systemNodeVersion.slice(1).split('.')[0]) >= Number(floor[1]))
+})
+
 test('the node stops by itself when its launcher is killed outright', async (t) => {
   const { proc, dataDir } = await launch(t, [systemNode, BIN, 'serve'])
   proc.child.kill('SIGKILL')

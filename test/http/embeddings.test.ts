@@ -23,6 +23,8 @@ test('embeddings: one vector per input, equal dimensions, base64 decodes to the 
   for (const { embedding } of floats.data) {
     assert.equal(embedding.length, length)
     assert.ok(embedding.every(Number.isFinite))
+    // Unit length, as OpenAI's: a dot product is the cosine
+    assert.ok(Math.abs(Math.hypot(...embedding) - 1) < 1e-6, `length ${Math.hypot(...embedding)}`)
   }
   assert.notDeepEqual(floats.data[0].embedding, floats.data[1].embedding, 'different inputs, different vectors')
   assert.ok(floats.usage.prompt_tokens > texts.length)
