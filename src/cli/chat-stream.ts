@@ -19,6 +19,8 @@ export interface ChatAnswer {
   usage: ChatCompletionChunk['usage']
   /** `local` or `peer:<nodeID>` (X-Served-By). */
   servedBy: string
+  /** `stop`, `length` (the token limit cut it) …; null when the stream ended without one (interrupted). */
+  finishReason: ChatCompletionChunk['choices'][number]['finish_reason']
 }
 
 /**
@@ -37,7 +39,7 @@ export async function streamChat (client: ApiClient, request: ChatRequest, handl
     ...(request.ptn == null ? {} : { ptn: request.ptn })
   }
   const response = await client.fetch('POST', '/v1/chat/completions', body, handlers.signal)
-  const answer: ChatAnswer = { text: '', usage: null, servedBy: response.headers.get('x-served-by') ?? 'unknown' }
+  const answer: ChatAnswer = { text: '', usage: null, servedBy: response.headers.get('x-served-by') ?? 'unknown', finishReason: null }
   try {
     for await (const { data } of readSse(response)) {
       if (data === '[DONE]') break
@@ -49,6 +51,7 @@ export async function streamChat (client: ApiClient, request: ChatRequest, handl
         answer.text += text
         handlers.onText?.(text)
       }
+      answer.finishReason = event.choices[0]?.finish_reason ?? answer.finishReason
       if (event.usage != null) answer.usage = event.usage
     }
   } catch (err) {

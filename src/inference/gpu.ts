@@ -5,6 +5,7 @@
 // tries the installed ones, best first, and falls back to the CPU with the reason; a named one must work or the node
 // does not start.
 import { existsSync, readFileSync } from 'node:fs'
+import { readdir, rm, stat } from 'node:fs/promises'
 import { registerHooks } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -52,6 +53,17 @@ export function gpuPackages (backend: GpuBackend, platform: NodeJS.Platform = pr
   return backend === 'cuda' ? [`@node-llama-cpp/${os}-x64-cuda`, `@node-llama-cpp/${os}-x64-cuda-ext`] : [`@node-llama-cpp/${os}-x64-vulkan`]
 }
 
+/**
+ * The backend to install for the GPU this machine shows (`detectHardware().gpu`): CUDA for NVIDIA, Vulkan for AMD
+ * and Intel, Metal on Apple silicon (where it is built in); null when no GPU was found, where no backend would help.
+ */
+export function suggestedGpuBackend (detectedGpu: string | null, platform: NodeJS.Platform = process.platform, arch: string = process.arch): GpuBackend | null {
+  if (platform === 'darwin') return gpuPackages('metal', platform, arch) == null ? null : 'metal'
+  if (detectedGpu == null) return null
+  const backend: GpuBackend = detectedGpu.includes('NVIDIA') ? 'cuda' : 'vulkan'
+  return gpuPackages(backend, platform, arch) == null ? null : backend
+}
+
 /** node-llama-cpp's version: a prebuilt package is used only when its version is exactly this one. */
 export function nodeLlamaCppVersion (): string {
   const manifest = packageManifest('node-llama-cpp')
@@ -78,9 +90,14 @@ function packageManifest (name: string): { name?: string, version?: string } | n
   return null
 }
 
+/** Where npm puts package `name` installed with `--prefix gpuDir`. */
+function packageDir (gpuDir: string, name: string): string {
+  return join(gpuDir, 'node_modules', ...name.split('/'))
+}
+
 /** Where a package installed by `meshnode gpu install` lies, or null when it is not there in the right version. */
 function installedPackage (gpuDir: string, name: string, version: string): string | null {
-  const dir = join(gpuDir, 'node_modules', ...name.split('/'))
+  const dir = packageDir(gpuDir, name)
   try {
     const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version?: string }
     return manifest.version === version ? dir : null
@@ -88,6 +105,47 @@ function installedPackage (gpuDir: string, name: string, version: string): strin
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null // not installed: the common case
     throw err
   }
+}
+
+/**
+ * Removes what `meshnode gpu install <backend>` put in `gpuDir` (its packages, whatever their version), and `gpuDir`
+ * itself once no GPU package is left in it. Returns the bytes freed; 0 when none was there. A running node keeps the
+ * binary it loaded until it restarts.
+ */
+export async function uninstallGpuBackend (gpuDir: string, backend: GpuBackend): Promise<number> {
+  let freed = 0
+  for (const name of gpuPackages(backend) ?? []) {
+    const dir = packageDir(gpuDir, name)
+    if (!existsSync(dir)) continue
+    freed += await directoryBytes(dir)
+    await rm(dir, { recursive: true, force: true })
+  }
+  // The rest of the dir is npm's own bookkeeping of the install (its lock file, empty scope folders)
+  if (gpuBackendsInDir(gpuDir).length === 0 && existsSync(gpuDir)) await rm(gpuDir, { recursive: true, force: true })
+  return freed
+}
+
+/** The backends with any package of theirs in `gpuDir`, whatever its version: what `uninstallGpuBackend` can remove. */
+export function gpuBackendsInDir (gpuDir: string): GpuBackend[] {
+  if (!existsSync(join(gpuDir, 'node_modules'))) return []
+  return PREFERENCE.filter((backend) => (gpuPackages(backend) ?? []).some((name) => existsSync(packageDir(gpuDir, name))))
+}
+
+/** Bytes the packages of `backend` installed in `gpuDir` take, or null when none of them is there. */
+export async function installedGpuBytes (gpuDir: string, backend: GpuBackend): Promise<number | null> {
+  const dirs = (gpuPackages(backend) ?? []).map((name) => packageDir(gpuDir, name)).filter((dir) => existsSync(dir))
+  if (dirs.length === 0) return null
+  let bytes = 0
+  for (const dir of dirs) bytes += await directoryBytes(dir)
+  return bytes
+}
+
+async function directoryBytes (dir: string): Promise<number> {
+  let bytes = 0
+  for (const entry of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (entry.isFile()) bytes += (await stat(join(entry.parentPath, entry.name))).size
+  }
+  return bytes
 }
 
 /** Whether the install itself holds the real package (Metal on Apple silicon is part of it), not our stub. */
@@ -128,9 +186,13 @@ export function planGpu (choice: GpuChoice, gpuDir: string, detectedGpu: string 
     return { choice, candidates: installed, reason: null }
   }
   const offered = PREFERENCE.filter((backend) => gpuPackages(backend) != null)
+  const suggested = suggestedGpuBackend(detectedGpu)
+  // Advice to install is for a machine that has a GPU: on any other, the download would buy nothing
   const reason = offered.length === 0
     ? `node-llama-cpp has no GPU build for ${process.platform}-${process.arch}`
-    : `no GPU binary is installed${detectedGpu == null ? '' : ` (an ${detectedGpu} is present)`}; install one with: ${offered.map((b) => `meshnode gpu install ${b}`).join(' or ')}`
+    : suggested == null
+      ? 'no GPU was found on this machine'
+      : `no GPU binary is installed (${detectedGpu == null ? 'this machine has a GPU' : `an ${detectedGpu} is present`}); install one with: meshnode gpu install ${suggested}`
   return { choice, candidates: [], reason }
 }
 

@@ -49,8 +49,8 @@ test('status, config get/set and apikeys list/generate/revoke talk to the node o
   const passcode = await meshnode(['config', 'set', 'cluster_passcode', '1234', ...common])
   assert.equal(passcode.code, 0, 'a digits-only passcode stays a string')
   const bad = await meshnode(['config', 'set', 'org_capacity_reservation', '2', ...common])
-  assert.equal(bad.code, 1)
-  assert.match(bad.stderr, /org_capacity_reservation.*\(HTTP 400\)/)
+  assert.equal(bad.code, 2, 'a value out of range is a wrong command line')
+  assert.match(bad.stderr, /^meshnode: org_capacity_reservation must be a number from 0 to 1, not "2"$/m)
 
   const generated = await meshnode(['apikeys', 'generate', 'cli-key', ...common, '--json'])
   const key = JSON.parse(generated.stdout)

@@ -6,7 +6,7 @@ import type { Command } from 'commander'
 import { buildProgram } from '../../src/cli/program.ts'
 
 /** Commands that start something themselves rather than talk to a node over HTTP. */
-const NOT_CLIENTS = new Set(['serve', 'relay', 'gpu install'])
+const NOT_CLIENTS = new Set(['serve', 'relay', 'gpu install', 'gpu uninstall'])
 
 function leaves (command: Command, prefix = ''): Array<{ name: string, command: Command }> {
   const name = `${prefix}${prefix === '' ? '' : ' '}${command.name()}`.trim()
@@ -23,7 +23,7 @@ test('every client command takes --port, --url, --api-key, --data-dir and --json
       assert.ok(options.includes(wanted), `meshnode ${name} lacks ${wanted}`)
     }
   }
-  for (const name of ['serve', 'relay', 'gpu install']) {
+  for (const name of ['serve', 'relay', 'gpu install', 'gpu uninstall']) {
     const found = leaves(buildProgram()).find((leaf) => leaf.name === name)
     assert.ok(found?.command.options.some((option) => option.long === '--data-dir'), `meshnode ${name} takes --data-dir too`)
   }

@@ -1,13 +1,16 @@
 // `meshnode run`, as a new user would type it: against a node pointed at the hub stand-in, the first answer in one
-// command (download with progress, load, answer, exit 0), and the interactive chat with its history.
+// command (download with progress, load, answer, exit 0), the interactive chat with its history, the default token
+// limit, --json, and a model only a peer serves asked through the node.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import OpenAI from 'openai'
+import { RUN_MAX_TOKENS } from '../../src/cli/commands/run.ts'
 import { runCli as meshnode } from '../support/cli.ts'
 import { startFakeHub } from '../support/fake-hub.ts'
-import { startTestNode, tempDir } from '../support/node.ts'
+import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings } from '../support/network.ts'
+import { startTestNode, tempDir, waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const CATALOG_ID = 'smollm2-135m-instruct-q8_0'
@@ -82,4 +85,75 @@ test('meshnode run says how to start a node when none answers; bad numbers are u
   const unknown = await meshnode(['run'])
   assert.equal(unknown.code, 2, 'a missing argument is a usage error too')
   assert.match(unknown.stderr, /missing required argument 'model'/)
+})
+
+test('meshnode run stops an answer at 1024 tokens unless --max-tokens says otherwise, and says so; --json prints one object with the answer, model, usage and where it ran', async (t) => {
+  // No end token is ever sampled from the tiny model and its context holds 4096: without a limit it writes until full
+  const gguf = await writeTinyGguf(join(await tempDir(t), 'endless.gguf'), { contextLength: 4096 })
+  const { node, dataDir } = await startTestNode(t)
+  await node.engine.load('endless', gguf.path)
+  const common = ['--url', node.url, '--data-dir', dataDir]
+
+  const json = await meshnode(['run', 'endless', 'Hello', '--json', '--temperature', '0', ...common])
+  assert.equal(json.code, 0, json.stderr)
+  assert.equal(json.stderr, '')
+  const answer = JSON.parse(json.stdout)
+  assert.deepEqual(Object.keys(answer).sort(), ['answer', 'finish_reason', 'model', 'served_by', 'usage'])
+  assert.equal(answer.model, 'endless')
+  assert.equal(answer.served_by, 'local')
+  assert.equal(answer.finish_reason, 'length')
+  assert.equal(answer.usage.completion_tokens, RUN_MAX_TOKENS)
+  assert.equal(answer.usage.total_tokens, answer.usage.prompt_tokens + RUN_MAX_TOKENS)
+  const openai = new OpenAI({ baseURL: `${node.url}/v1`, apiKey: 'unused', maxRetries: 0 })
+  const expected = await openai.chat.completions.create({ model: 'endless', messages: [{ role: 'user', content: 'Hello' }], max_tokens: RUN_MAX_TOKENS, temperature: 0 })
+  assert.equal(answer.answer, expected.choices[0].message.content)
+
+  const human = await meshnode(['run', 'endless', 'Hello', '--temperature', '0', ...common])
+  assert.equal(human.code, 0, human.stderr)
+  assert.equal(human.stdout, `${answer.answer}\n`)
+  assert.match(human.stderr, /\[the answer reached 1024 tokens, the default limit; --max-tokens N allows more\]/)
+  const chosen = await meshnode(['run', 'endless', 'Hello', '--max-tokens', '5', '--json', ...common])
+  assert.equal(JSON.parse(chosen.stdout).usage.completion_tokens, 5)
+
+  // In a chat, --json writes one line of JSON per answer; so does the default limit apply there
+  const session = await meshnode(['run', 'endless', '-i', '--json', '--temperature', '0', ...common], { input: 'Hello\nAgain\n' })
+  assert.equal(session.code, 0, session.stderr)
+  const lines = session.stdout.trim().split('\n').map((line) => JSON.parse(line))
+  assert.equal(lines.length, 2)
+  assert.deepEqual(lines.map((line) => [line.model, line.usage.completion_tokens, line.finish_reason]), [['endless', RUN_MAX_TOKENS, 'length'], ['endless', RUN_MAX_TOKENS, 'length']])
+  assert.equal(lines[0].answer, answer.answer)
+
+  const help = await meshnode(['run', '--help'])
+  assert.match(help.stdout, /--max-tokens <n>\s+most tokens per answer \(default: 1024\)/)
+})
+
+test('meshnode run on a node without the model asks the peer that serves it, through the node, and downloads nothing', async (t) => {
+  const relay = await startTestRelay(t)
+  const gguf = await writeTinyGguf(join(await tempDir(t), 'shared.gguf'), { seed: 5 })
+  const hub = await startFakeHub() // nothing on it: a download attempt would fail, not pass silently
+  t.after(() => hub.close())
+  // No direct listen addresses: A and B meet through the relay only
+  const a = await startTestNode(t, { network: FAST_NETWORK, p2pListen: [] })
+  await a.node.engine.load('shared-tiny', gguf.path)
+  const b = await startTestNode(t, { network: FAST_NETWORK, p2pListen: [], hfEndpoint: hub.url })
+  for (const node of [a, b]) assert.equal((await node.api.patch('/v1/app/settings', wanSettings(relay))).status, 200)
+  await waitForPeers(b, [a.nodeID], { timeoutMs: 120_000 })
+  await waitFor(async () => (await b.api.get('/v1/models')).body.data.some((m: { id: string }) => m.id === 'shared-tiny'), { timeoutMs: 60_000, what: 'B to list A\'s model' })
+
+  const run = await meshnode(['run', 'shared-tiny', 'Hello', '--max-tokens', '5', '--temperature', '0', '--json', '--url', b.node.url, '--data-dir', b.dataDir])
+  assert.equal(run.code, 0, run.stderr)
+  const answer = JSON.parse(run.stdout)
+  assert.equal(answer.served_by, `peer:${a.nodeID}`)
+  assert.equal(answer.usage.completion_tokens, 5)
+  const openai = new OpenAI({ baseURL: `${a.node.url}/v1`, apiKey: 'unused', maxRetries: 0 })
+  const local = await openai.chat.completions.create({ model: 'shared-tiny', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 5, temperature: 0 })
+  assert.equal(answer.answer, local.choices[0].message.content, 'the peer\'s answer, as A gives it')
+
+  const human = await meshnode(['run', 'shared-tiny', 'Hello', '--max-tokens', '5', '--temperature', '0', '--url', b.node.url, '--data-dir', b.dataDir])
+  assert.equal(human.code, 0, human.stderr)
+  assert.equal(human.stdout, `${answer.answer}\n`)
+  assert.match(human.stderr, new RegExp(`shared-tiny is served by peer:${a.nodeID}; asking it through this node`))
+  assert.equal(b.node.engine.loaded(), null, 'B loaded nothing')
+  assert.deepEqual((await b.api.get('/v1/app/models')).body.models.filter((m: { status: string }) => m.status !== 'available'), [], 'B downloaded and imported nothing')
+  assert.deepEqual(hub.requests, [], 'nobody asked the hub')
 })

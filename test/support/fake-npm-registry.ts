@@ -50,6 +50,8 @@ export async function startFakeRegistry (packages: FakePackage[]): Promise<FakeR
           version: found.version,
           dist: {
             tarball: `${url}${tarballPath}`,
+            // As the real registry says it: what the package takes once unpacked (`meshnode gpu install` shows it)
+            unpackedSize: unpackedSize(found),
             shasum: createHash('sha1').update(data).digest('hex'),
             integrity: `sha512-${createHash('sha512').update(data).digest('base64')}`
           }
@@ -68,9 +70,17 @@ export async function startFakeRegistry (packages: FakePackage[]): Promise<FakeR
   }
 }
 
+function packageFiles (pkg: FakePackage): Record<string, string> {
+  return { 'package.json': JSON.stringify({ name: pkg.name, version: pkg.version, type: 'module', main: 'dist/index.js', exports: { '.': './dist/index.js' } }), ...pkg.files }
+}
+
+function unpackedSize (pkg: FakePackage): number {
+  return Object.values(packageFiles(pkg)).reduce((sum, content) => sum + Buffer.byteLength(content), 0)
+}
+
 /** A gzipped tar of the package, each file under `package/`, as `npm pack` makes it. */
 function packageTarball (pkg: FakePackage): Buffer {
-  const files = { 'package.json': JSON.stringify({ name: pkg.name, version: pkg.version, type: 'module', main: 'dist/index.js', exports: { '.': './dist/index.js' } }), ...pkg.files }
+  const files = packageFiles(pkg)
   const blocks: Buffer[] = []
   for (const [name, content] of Object.entries(files)) {
     const body = Buffer.from(content)

@@ -1,6 +1,8 @@
 import type { Command } from 'commander'
+import { InvalidInputError } from '../../errors.ts'
 import type { AppSnapshot } from '../../http/schemas/app.ts'
 import type { SettingsObject } from '../../http/schemas/settings.ts'
+import { describeSettings, settingFromText } from '../../settings/index.ts'
 import { formatPairs, print } from '../output.ts'
 import { UsageError, clientFor, withClientOptions } from './common.ts'
 
@@ -11,34 +13,39 @@ export function registerConfig (program: Command): void {
     .action(async (key: string | undefined, _options, command: Command) => {
       const { client, options } = clientFor(command)
       const { settings } = await client.get<AppSnapshot>('/v1/app')
-      if (key != null && !(key in settings)) throw new Error(`Unknown setting: ${key}`)
+      if (key != null && !(key in settings)) throw new UsageError(`Unknown setting ${key}: the settings are ${Object.keys(settings).join(', ')}`)
       const value = key == null ? settings : settings[key as keyof SettingsObject]
       print(value, options.json, () => key == null
         ? formatPairs(Object.entries(settings).map(([k, v]) => [k, k === 'cluster_passcode' && v !== '' ? '(set)' : v]))
         : String(value))
     })
 
-  withClientOptions(config.command('set').argument('<key>').argument('<value>').description('change one setting'))
+  withClientOptions(config.command('set').argument('<key>', 'a setting (listed below)').argument('<value>', 'its new value')
+    .description('change one setting')
+    .addHelpText('after', settingsHelp))
     .action(async (key: string, raw: string, _options, command: Command) => {
       const { client, options } = clientFor(command)
-      const { settings } = await client.get<AppSnapshot>('/v1/app')
-      const current = (settings as Record<string, unknown>)[key]
-      // The setting's present type says how to read the text: "1234" is a passcode string, "0.5" a number.
-      const value = typeof current === 'boolean' ? parseBoolean(raw) : typeof current === 'number' ? parseNumber(key, raw) : raw
+      // Checked here, before the node is asked: a typo in the command line is a usage error naming the key
+      const value = usageChecked(() => settingFromText(key, raw))
       const updated = await client.patch<SettingsObject>('/v1/app/settings', { [key]: value })
       print(updated, options.json, () => `${key} = ${String((updated as Record<string, unknown>)[key])}`)
     })
 }
 
-function parseBoolean (raw: string): boolean | string {
-  if (/^(true|on|yes|1)$/i.test(raw)) return true
-  if (/^(false|off|no|0)$/i.test(raw)) return false
-  return raw // the node refuses it with a message naming the setting
+/** The settable keys, what each accepts and what it does, from the node's own settings schema. */
+function settingsHelp (): string {
+  const settings = describeSettings()
+  const width = Math.max(...settings.map(({ key }) => key.length))
+  const lines = settings.map(({ key, accepts, description }) => `  ${key.padEnd(width)}  ${accepts}\n  ${' '.repeat(width)}  ${description}`)
+  return `\nSettings (key, accepted values, meaning):\n${lines.join('\n')}\n`
 }
 
-/** A number setting's value; its range is the node's to judge (a 400 naming the setting). */
-function parseNumber (key: string, raw: string): number {
-  const value = Number(raw)
-  if (raw.trim() === '' || !Number.isFinite(value)) throw new UsageError(`${key} needs a number, not ${raw}`)
-  return value
+function usageChecked<T> (parse: () => T): T {
+  try {
+    return parse()
+  } catch (err) {
+    // The value (or key) as typed is wrong: exit code 2, like every other bad command line
+    if (err instanceof InvalidInputError) throw new UsageError(err.message)
+    throw err
+  }
 }

@@ -55,7 +55,7 @@ export const AppSnapshot = z.object({
       vramTotalBytes: z.number().nullable(),
       vramFreeBytes: z.number().nullable(),
       reason: z.string().nullable(),
-      /** A GPU the operating system shows (NVIDIA's driver), used or not. */
+      /** A GPU the operating system shows (NVIDIA's driver; an AMD or Intel display device on Linux), used or not. */
       detected: z.string().nullable()
     })
   }),
