@@ -151,7 +151,18 @@ export function errorHandler (err: unknown, request: FastifyRequest, reply: Fast
   }
   if (envelope.retryAfterSeconds != null) void reply.header('retry-after', String(envelope.retryAfterSeconds))
   if (err instanceof MethodNotAllowedError) void reply.header('allow', err.allow.join(', '))
-  return reply.code(envelope.status).type('application/json').send(envelope.body)
+  const body = request.routeOptions.config?.errorShape === 'anthropic' ? anthropicError(envelope.body) : envelope.body
+  return reply.code(envelope.status).type('application/json').send(body)
+}
+
+/** Anthropic's error shape, for its dialect's routes: the same type and message as our envelope. */
+export function anthropicError (body: ErrorEnvelope): AnthropicErrorEnvelope {
+  return { type: 'error', error: { type: body.error.type, message: body.error.message } }
+}
+
+export interface AnthropicErrorEnvelope {
+  type: 'error'
+  error: { type: string, message: string }
 }
 
 /**

@@ -3,7 +3,7 @@
 // alive, how backpressure and a client leaving are handled, and how a failure mid-stream is told.
 import type { FastifyReply } from 'fastify'
 import type { RoutedGeneration } from '../inference/index.ts'
-import { ClientClosedError, toEnvelope } from './errors.ts'
+import { ClientClosedError, toEnvelope, type ErrorEnvelope } from './errors.ts'
 import { keepAlive, SseStream, startSse, StreamCutError } from './sse.ts'
 
 /**
@@ -14,13 +14,35 @@ import { keepAlive, SseStream, startSse, StreamCutError } from './sse.ts'
  */
 export const COMMIT_AFTER_MS = 250
 
+/** An SSE event with a name (`event: <name>`), as Anthropic's and the Responses API's streams send every event. */
+export class NamedEvent {
+  readonly event: string
+  readonly data: unknown
+  constructor (event: string, data: unknown) {
+    this.event = event
+    this.data = data
+  }
+}
+
+/** How a wire dialect ends its stream, and tells a failure in it. Default: OpenAI's chat stream. */
+export interface StreamDialect {
+  /** The last line after the last event (OpenAI's `data: [DONE]`); null for none. */
+  done: string | null
+  /** The event a failure after the headers becomes, from our error envelope. */
+  failure: (envelope: ErrorEnvelope) => unknown
+}
+
+const OPENAI_STREAM: StreamDialect = { done: 'data: [DONE]\n\n', failure: (envelope) => envelope }
+
 export interface StreamOptions<E> {
   /** Aborted when the client leaves (`clientGone`); the generation was started with it. */
   signal: AbortSignal
   /** Data events sent as soon as the stream opens (the chat's role chunk). */
   opening?: unknown[]
-  /** The data events one generation event becomes (none for some). */
+  /** The data events (or NamedEvents) one generation event becomes (none for some). */
   render: (event: E) => unknown[]
+  /** Default: OpenAI's chat stream (`data: [DONE]`, the error envelope as a data event). */
+  dialect?: StreamDialect
 }
 
 /**
@@ -47,17 +69,19 @@ export async function streamGeneration<E> (reply: FastifyReply, generation: Rout
   const out = new SseStream(raw) // one socket write per event-loop turn, not one per token
   out.comment('stream opened')
   const stopKeepAlive = keepAlive(raw)
+  const dialect = options.dialect ?? OPENAI_STREAM
+  const send = (data: unknown): void => { if (data instanceof NamedEvent) out.data(data.data, data.event); else out.data(data) }
   let finished = false
   try {
-    for (const data of options.opening ?? []) out.data(data)
+    for (const data of options.opening ?? []) send(data)
     let next = await first
     if (generation.servedBy !== announced) out.comment(`served-by ${generation.servedBy}`)
     for (; next.done !== true; next = await generation.events.next()) {
-      for (const data of options.render(next.value)) out.data(data)
+      for (const data of options.render(next.value)) send(data)
       // Backpressure: while the socket is full, stop pulling; the engine's queue (bounded by max_tokens) holds the rest.
       await out.drained()
     }
-    out.end('data: [DONE]\n\n')
+    out.end(dialect.done ?? '')
     finished = true
     return true
   } catch (err) {
@@ -68,9 +92,9 @@ export async function streamGeneration<E> (reply: FastifyReply, generation: Rout
       toEnvelope(reason, reply.request.id, reply.log)
       return false
     }
-    // Mid-stream failure: an OpenAI-shaped error event, then [DONE], so SDKs surface it instead of hanging.
-    out.data(toEnvelope(err, reply.request.id, reply.log).body)
-    out.end('data: [DONE]\n\n')
+    // Mid-stream failure: the dialect's error event, then its end, so SDKs surface it instead of hanging.
+    send(dialect.failure(toEnvelope(err, reply.request.id, reply.log).body))
+    out.end(dialect.done ?? '')
     return false
   } finally {
     stopKeepAlive()

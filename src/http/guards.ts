@@ -20,6 +20,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** No key or session needed (the Host, Origin and loopback guards still apply): the dashboard's files, sign-in. */
     public?: boolean
+    /** The shape this route's errors take: OpenAI's envelope (the default) or Anthropic's (errors.ts). */
+    errorShape?: 'openai' | 'anthropic'
   }
 }
 
@@ -50,7 +52,7 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
       void reply.header('vary', 'Origin')
       if (request.method === 'OPTIONS') {
         void reply.header('access-control-allow-methods', 'GET, POST, PATCH, DELETE, OPTIONS')
-        void reply.header('access-control-allow-headers', 'authorization, content-type, x-ptn-id')
+        void reply.header('access-control-allow-headers', 'authorization, content-type, x-ptn-id, x-api-key, anthropic-version, anthropic-beta')
         void reply.header('access-control-max-age', '600')
         return reply.code(204).send()
       }
@@ -67,7 +69,8 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
     const path = request.url.split('?')[0]
     if (PUBLIC_ROUTES.has(path) && (request.method === 'GET' || request.method === 'HEAD')) return // HEAD is GET without the body
     const isPublic = request.routeOptions.config?.public === true
-    const token = bearerToken(request.headers.authorization)
+    // Anthropic's clients send their key as x-api-key
+    const token = bearerToken(request.headers.authorization) ?? apiKeyHeader(request.headers['x-api-key'])
     if (token == null) {
       const session = sessionPrincipal(request, deps.sessions)
       if (session != null) {
@@ -75,7 +78,7 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
         return
       }
       if (isPublic) return
-      throw new AuthenticationError('An API key is required: send Authorization: Bearer <key>', 'missing_api_key')
+      throw new AuthenticationError('An API key is required: send Authorization: Bearer <key> (or x-api-key: <key>)', 'missing_api_key')
     }
     const principal = deps.keys.authenticate(token)
     if (principal == null && !isPublic) throw new AuthenticationError('Invalid or revoked API key', 'invalid_api_key')
@@ -125,6 +128,10 @@ function isSameOrigin (origin: string, host: string | undefined): boolean {
  */
 export function requesterOf (principal: Principal | null): string {
   return principal?.kind === 'api-key' ? `key:${principal.keyID}` : 'local'
+}
+
+function apiKeyHeader (header: string | string[] | undefined): string | null {
+  return typeof header === 'string' && /^\S+$/.test(header.trim()) ? header.trim() : null
 }
 
 function bearerToken (header: string | undefined): string | null {

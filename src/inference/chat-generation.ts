@@ -13,16 +13,7 @@ import { planTools, toChatHistory, ToolCallEvents } from './tools.ts'
  * its function-call format, a grammar for response_format, sampling. Nothing here takes a slot.
  */
 export async function planChat (parts: ModelParts, request: ChatRequest, signal?: AbortSignal): Promise<SlotWork<ChatEvent>> {
-  const history = toChatHistory(request.messages)
-  const tools = await planTools(request, parts.chatWrapper)
-  if (tools != null && request.responseFormat != null && request.responseFormat.type !== 'text') {
-    throw new InvalidGenerationRequestError('response_format cannot be combined with tools unless tool_choice is none', 'responseFormat')
-  }
-  const chatWrapper = tools?.chatWrapper ?? parts.chatWrapper
-  // Rendered exactly as LlamaChat renders a history it has no earlier evaluation of: with the model's turn opened.
-  const rendered = chatWrapper.generateContextState({ chatHistory: withModelTurn(history), availableFunctions: tools?.functions, documentFunctionParams: true })
-  const what = tools == null ? 'The messages hold' : 'The messages and tools hold'
-  const tokens = await parts.prompt.tokenizeRendered(rendered.contextText, 'messages', { what, signal })
+  const { history, tools, chatWrapper, rendered, tokens } = await renderChat(parts, request, signal)
   const promptTokens = tokens.length
   // LlamaChat needs one free cell beyond the prompt, and then room for at least one token to sample.
   const room = parts.contextLength - promptTokens
@@ -60,7 +51,8 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
                 onFunctionCall: (call) => { calls.called(call.functionName) }
               })
         }))
-        return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal)
+        const trigger = result.metadata.stopReason === 'customStopTrigger' ? result.metadata.customStopTrigger : undefined
+        return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal, trigger)
       } catch (err) {
         throw constraintFailure(err, request, tools != null)
       } finally {
@@ -68,6 +60,24 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
       }
     }
   }
+}
+
+/**
+ * The chat's prompt as the model reads it: the history in its chat template with the tools in its function-call
+ * format, rendered exactly as LlamaChat renders a history it has no earlier evaluation of (the model's turn opened),
+ * and its tokens. What a request is billed for as input, and what count_tokens answers.
+ */
+export async function renderChat (parts: ModelParts, request: ChatRequest, signal?: AbortSignal) {
+  const history = toChatHistory(request.messages)
+  const tools = await planTools(request, parts.chatWrapper)
+  if (tools != null && request.responseFormat != null && request.responseFormat.type !== 'text') {
+    throw new InvalidGenerationRequestError('response_format cannot be combined with tools unless tool_choice is none', 'responseFormat')
+  }
+  const chatWrapper = tools?.chatWrapper ?? parts.chatWrapper
+  const rendered = chatWrapper.generateContextState({ chatHistory: withModelTurn(history), availableFunctions: tools?.functions, documentFunctionParams: true })
+  const what = tools == null ? 'The messages hold' : 'The messages and tools hold'
+  const tokens = await parts.prompt.tokenizeRendered(rendered.contextText, 'messages', { what, signal })
+  return { history, tools, chatWrapper, rendered, tokens }
 }
 
 /**

@@ -94,7 +94,8 @@ export interface ChatUsage {
   cachedTokens: number
 }
 
-export type DoneEvent = { type: 'done', finishReason: FinishReason, usage: ChatUsage }
+/** `stopSequence`: the caller's stop string that ended the answer, when one did (Anthropic's `stop_sequence`). */
+export type DoneEvent = { type: 'done', finishReason: FinishReason, usage: ChatUsage, stopSequence?: string | null }
 
 /**
  * A chat streams text deltas, and tool calls as OpenAI streams them: `tool_call` opens call `index` with its id and

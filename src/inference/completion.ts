@@ -68,7 +68,8 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
         const { result, completionTokens } = await metered(slot, async () => infill
           ? await completion.generateInfillCompletionWithMeta(request.prompt, suffix, options)
           : await completion.generateCompletionWithMeta(request.prompt, options))
-        return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal)
+        const trigger = result.metadata.stopReason === 'customStopTrigger' ? result.metadata.customStopTrigger : undefined
+        return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal, trigger)
       } finally {
         completion.dispose({ disposeSequence: false })
       }

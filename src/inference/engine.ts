@@ -10,7 +10,7 @@ import type {
   ChatEngine, ChatEvent, ChatRequest, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent, EmbeddingRequest,
   GenerateOptions, InferenceEvent, InferenceRequest
 } from './chat.ts'
-import { planChat } from './chat-generation.ts'
+import { planChat, renderChat } from './chat-generation.ts'
 import { SequenceOrderedBatching } from './batching.ts'
 import { ChunkQueue } from './chunk-queue.ts'
 import { planCompletion } from './completion.ts'
@@ -311,6 +311,12 @@ export class LocalEngine implements ChatEngine {
     const tokens = await parts.prompt.tokenize(text, 'content', { what: 'content holds', signal: options.signal })
     const bos = parts.model.tokens.bos
     return options.addSpecial === true && bos != null ? [bos, ...tokens] : tokens
+  }
+
+  /** The tokens a chat's prompt takes on the loaded model (its template and tools included): what it is billed as input. */
+  async countChatTokens (request: ChatRequest, options: { modelID?: string, signal?: AbortSignal } = {}): Promise<number> {
+    const { parts } = this.current(options.modelID)
+    return (await renderChat(parts, request, options.signal)).tokens.length
   }
 
   /** The text of `tokens`; ids outside the vocabulary are refused (llama.cpp would abort the process on them). */

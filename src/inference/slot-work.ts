@@ -50,10 +50,13 @@ export async function metered<T> (slot: Slot, generate: () => Promise<T>): Promi
  * The `done` event of a generation that stopped for `stopReason` (node-llama-cpp's, or the token loop's); an aborted
  * one throws `signal.reason` instead. `cachedTokens` is 0: the engine, which prepared the slot, fills it in.
  */
-export function doneEvent (stopReason: string, promptTokens: number, completionTokens: number, signal: AbortSignal): DoneEvent {
+export function doneEvent (stopReason: string, promptTokens: number, completionTokens: number, signal: AbortSignal, customStopTrigger?: ReadonlyArray<unknown>): DoneEvent {
   if (stopReason === 'abort') throw signal.reason
   const finishReason: FinishReason = stopReason === 'maxTokens' ? 'length' : stopReason === 'functionCalls' ? 'tool_calls' : 'stop'
-  return { type: 'done', finishReason, usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 } }
+  const usage = { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens, cachedTokens: 0 }
+  // node-llama-cpp's matched trigger: the caller's stop string, as the pieces it was resolved into
+  const stopSequence = stopReason === 'customStopTrigger' && customStopTrigger != null ? customStopTrigger.filter((piece) => typeof piece === 'string').join('') : null
+  return { type: 'done', finishReason, usage, ...(stopSequence == null || stopSequence === '' ? {} : { stopSequence }) }
 }
 
 /** The token a model puts before every prompt, as node-llama-cpp decides it for text completions. */

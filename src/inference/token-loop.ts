@@ -73,10 +73,11 @@ export function canLoop (sequence: LlamaContextSequence): boolean {
 
 /** Runs `loop` on a slot, as a `SlotWork` does: text as `delta` events, and the `done` event with its usage. */
 export async function runOnSlot (slot: Slot, loop: TokenLoop, emit: (event: { type: 'delta', text: string }) => void, signal: AbortSignal): Promise<DoneEvent> {
+  const matched: { stop?: ReadonlyArray<unknown> } = {}
   const { result, completionTokens } = await metered(slot, async () => await runTokenLoop(slot.sequence, loop, (text) => {
     if (text !== '') emit({ type: 'delta', text })
-  }, signal))
-  return doneEvent(result, loop.tokens.length, completionTokens, signal)
+  }, signal, matched))
+  return doneEvent(result, loop.tokens.length, completionTokens, signal, matched.stop)
 }
 
 /**
@@ -85,7 +86,7 @@ export async function runOnSlot (slot: Slot, loop: TokenLoop, emit: (event: { ty
  * multi-byte character. The sequence ends up as node-llama-cpp leaves it: the prompt and every generated token but
  * the last evaluated, its token meter counting them.
  */
-export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenLoop, emit: (text: string) => void, signal: AbortSignal): Promise<LoopStopReason> {
+export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenLoop, emit: (text: string) => void, signal: AbortSignal, matched: { stop?: ReadonlyArray<unknown> } = {}): Promise<LoopStopReason> {
   const { LlamaSampler, StopGenerationDetector, TokenStreamRegulator, getQueuedTokensBeforeStopTrigger } = loop.internals
   const model = sequence.model
   const seq = sequence as unknown as SequenceInternals & LlamaContextSequence
@@ -155,6 +156,7 @@ export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenL
         const triggered = templateStops.hasTriggeredStops ? templateStops.getTriggeredStops() : customStops.getTriggeredStops()
         for (const free of getQueuedTokensBeforeStopTrigger(triggered, regulator.getPartiallyFreeChunk(model.tokenizer), model.tokenizer)) pending.push(free)
         release(pending.splice(0))
+        if (!eog && !templateStops.hasTriggeredStops) matched.stop = triggered[0]?.stopTrigger
         return eog ? 'eogToken' : templateStops.hasTriggeredStops ? 'stopGenerationTrigger' : 'customStopTrigger'
       }
       release(pending.splice(0))

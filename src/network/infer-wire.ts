@@ -121,7 +121,8 @@ export const InferFrame = z.discriminatedUnion('type', [
   z.object({ type: z.literal('tool_arguments'), index: CallIndex, text: z.string() }),
   /** The vector of input `index`. 1.1.0. */
   z.object({ type: z.literal('embedding'), index: z.number().int().min(0).max(MAX_EMBEDDING_INPUTS - 1), vector: z.array(z.number()).min(1).max(MAX_EMBEDDING_LENGTH) }),
-  z.object({ type: z.literal('done'), finishReason: z.enum(['stop', 'length', 'tool_calls']), usage: Usage }),
+  // stopSequence: 1.1.0, optional (older peers leave it out, and ignore it)
+  z.object({ type: z.literal('done'), finishReason: z.enum(['stop', 'length', 'tool_calls']), usage: Usage, stopSequence: z.string().max(MAX_STOP_STRING_CHARS).nullish() }),
   z.object({
     type: z.literal('error'),
     kind: z.enum(INFER_ERROR_KINDS),

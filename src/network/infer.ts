@@ -91,7 +91,7 @@ export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, pe
               await out.text(event.index, event.text)
               continue
             case 'done':
-              await out.write({ type: 'done', finishReason: event.finishReason, usage: event.usage })
+              await out.write({ type: 'done', finishReason: event.finishReason, usage: event.usage, ...(event.stopSequence == null ? {} : { stopSequence: event.stopSequence }) })
               await frames.stream.close({ signal })
               return
             default:
