@@ -23,6 +23,7 @@ import { dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes, type EventsRoutesOptions } from './routes/events.ts'
 import { appStateRoutes } from './routes/app-state.ts'
 import { chatRoutes } from './routes/chat.ts'
+import { messagesRoutes } from './routes/messages.ts'
 import { completionRoutes } from './routes/completions.ts'
 import { embeddingRoutes } from './routes/embeddings.ts'
 import { openaiModelRoutes } from './routes/openai-models.ts'
@@ -69,7 +70,7 @@ export interface HttpDeps {
   peers?: PeersRoutesOptions
   router: ChatRouter
   /** Tokenize and detokenize with this node's models; absent only where a test builds the app without a node. */
-  tokenizer?: Pick<LocalRouter, 'tokenize' | 'detokenize'>
+  tokenizer?: Pick<LocalRouter, 'tokenize' | 'detokenize' | 'countChatTokens'>
   /** Whether two model ids name the same model (the models domain's one matcher). Default: equal strings. */
   sameModel?: (a: string, b: string) => boolean
   /** Called after an OpenAI request (chat, completion, embeddings) was served, with the model it named. */
@@ -204,6 +205,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   // The OpenAI-compatible API: every route under /v1/ outside /v1/app/ (an `inference` key scope's prefix list).
   await app.register(openaiModelRoutes, { router: deps.router, sameModel: deps.sameModel ?? ((a, b) => a === b) })
   await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })
+  await app.register(messagesRoutes, { router: deps.router, counter: deps.tokenizer, onServed: deps.onServed })
   await app.register(completionRoutes, { router: deps.router, onServed: deps.onServed })
   await app.register(embeddingRoutes, { router: deps.router, onServed: deps.onServed })
   if (deps.tokenizer != null) await app.register(tokenRoutes, { tokenizer: deps.tokenizer })

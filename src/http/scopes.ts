@@ -4,11 +4,14 @@ import { scopeOf } from '../keys/index.ts'
 import type { HttpApp } from './types.ts'
 
 /**
- * The routes an `inference` key may call (issue 14): the OpenAI-compatible endpoints under /v1/, by their route
+ * The routes an `inference` key may call: the inference endpoints under /v1/ (OpenAI's and Anthropic's), by their route
  * pattern, so a route added under these paths (a model by id) is covered and nothing else is.
  */
-const INFERENCE_ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/models', '/v1/tokenize', '/v1/detokenize'])
-const INFERENCE_ROUTE_PREFIXES = ['/v1/models/']
+const INFERENCE_ROUTES = new Set([
+  '/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/models', '/v1/tokenize', '/v1/detokenize',
+  '/v1/messages', '/v1/messages/count_tokens', '/v1/responses'
+])
+const INFERENCE_ROUTE_PREFIXES = ['/v1/models/', '/v1/responses/']
 
 export function isInferenceRoute (route: string): boolean {
   return INFERENCE_ROUTES.has(route) || INFERENCE_ROUTE_PREFIXES.some((prefix) => route.startsWith(prefix))

@@ -1,7 +1,7 @@
 import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, GbnfJsonSchema, Llama, LlamaGrammar } from 'node-llama-cpp'
 import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
-import { InvalidGenerationRequestError } from './errors.ts'
-import { toGrammarSchema } from './grammar-schema.ts'
+import { InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
+import { outputViolation, toGrammarSchema } from './grammar-schema.ts'
 import { llamaModule, SamplingError } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
@@ -23,6 +23,7 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
   }
   const { maxTokens, sampling } = await planSampling(request, parts.model, room)
   const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
+  const schema = grammar != null && request.responseFormat?.type === 'json_schema' ? request.responseFormat.schema : null
   const { LlamaChat } = await llamaModule()
   // Plain text in a template without segments or prefix triggers: our own token loop runs it (token-loop.ts)
   const loop = await planLoop(tools == null && grammar == null && plainTemplate(rendered, chatWrapper),
@@ -33,11 +34,16 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
       if (loop != null && canLoop(slot.sequence)) return await runOnSlot(slot, loop, emit, signal)
       const chat = new LlamaChat({ contextSequence: slot.sequence, chatWrapper })
       const calls = new ToolCallEvents(emit)
+      let answer = ''
       try {
         const { result, completionTokens } = await metered(slot, async () => await chat.generateResponse(history, {
           ...sampling,
           maxTokens,
-          onTextChunk: (text) => { if (text !== '') emit({ type: 'delta', text }) },
+          onTextChunk: (text) => {
+            if (text === '') return
+            if (schema != null) answer += text
+            emit({ type: 'delta', text })
+          },
           signal,
           // Return what was generated instead of throwing, so an aborted generation's usage can still be recorded.
           stopOnAbortSignal: true,
@@ -48,9 +54,19 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
                 documentFunctionParams: true,
                 maxParallelFunctionCalls: tools.maxParallelFunctionCalls,
                 onFunctionCallParamsChunk: (chunk) => { calls.paramsChunk(chunk) },
-                onFunctionCall: (call) => { calls.called(call.functionName) }
+                onFunctionCall: (call) => {
+                  const tool = request.tools?.find((t) => t.name === call.functionName)
+                  const broken = outputViolation(tool?.parameters, call.params, 'arguments')
+                  if (broken != null) throw new OutputConstraintError(`call of ${call.functionName}`, broken)
+                  calls.called(call.functionName)
+                }
               })
         }))
+        // A whole answer under response_format's schema is checked for what its grammar could not enforce
+        if (schema != null && result.metadata.stopReason !== 'maxTokens' && result.metadata.stopReason !== 'abort') {
+          const broken = outputViolation(schema, parsedOrUndefined(answer), 'answer')
+          if (broken != null) throw new OutputConstraintError('answer', broken)
+        }
         const trigger = result.metadata.stopReason === 'customStopTrigger' ? result.metadata.customStopTrigger : undefined
         return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal, trigger)
       } catch (err) {
@@ -125,4 +141,13 @@ function constraintFailure (err: unknown, request: ChatRequest, tools: boolean):
     return new InvalidGenerationRequestError(`logit_bias bans every token ${constrainedBy} allows next`, 'logitBias')
   }
   return new InvalidGenerationRequestError(`The output cannot be constrained to ${constrainedBy}: ${err.message}`, tools ? 'tools' : 'responseFormat')
+}
+
+/** The answer's JSON; undefined when a stop string cut it short of a whole value. */
+function parsedOrUndefined (text: string): unknown {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
 }

@@ -48,3 +48,15 @@ export class ModelLoadError extends ConflictError {
 export class InvalidGenerationRequestError extends InvalidInputError {
   override name = 'InvalidGenerationRequestError'
 }
+
+/**
+ * The model's answer or tool call, generated under the request's grammar, breaks a keyword the grammar cannot express
+ * (a number's bounds, a string's pattern: grammar-schema.ts). It is not given to the caller as valid; asking again
+ * samples anew.
+ */
+export class OutputConstraintError extends UnavailableError {
+  override name = 'OutputConstraintError'
+  constructor (what: string, violation: string) {
+    super(`The model's ${what} breaks its schema: ${violation}. Ask again.`)
+  }
+}

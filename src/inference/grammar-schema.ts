@@ -21,10 +21,22 @@ const STRING_FORMATS = new Set(['date-time', 'time', 'date'])
 const ANNOTATIONS = new Set([
   '$schema', '$id', '$comment', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly'
 ])
+/**
+ * Keywords a grammar here cannot express, checked on the output instead (`outputViolation`): an answer or a tool call
+ * that breaks one fails rather than reach the caller. Bounds that cannot constrain a JSON number the grammar admits
+ * (the safe-integer range, which zod writes on every integer) are no constraint at all.
+ */
+const CHECKED_ON_OUTPUT: Record<string, readonly string[]> = {
+  number: ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'],
+  integer: ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'],
+  string: ['pattern']
+}
 const KEYWORDS_BY_TYPE: Record<string, Set<string>> = {
   object: new Set(['properties', 'required', 'additionalProperties', 'minProperties', 'maxProperties']),
   array: new Set(['items', 'prefixItems', 'minItems', 'maxItems']),
-  string: new Set(['minLength', 'maxLength', 'format'])
+  string: new Set(['minLength', 'maxLength', 'format', ...CHECKED_ON_OUTPUT.string]),
+  number: new Set(CHECKED_ON_OUTPUT.number),
+  integer: new Set(CHECKED_ON_OUTPUT.integer)
 }
 const ANY_VALUE: GbnfJsonSchema = {
   oneOf: [{ type: ['string', 'number', 'boolean', 'null'] }, { type: 'object', additionalProperties: true }, { type: 'array' }]
@@ -95,13 +107,20 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
   only(s, path, ['type', ...(KEYWORDS_BY_TYPE[type] ?? [])])
   if (type === 'object') return convertObject(s, path, depth, defNames)
   if (type === 'array') return convertArray(s, path, depth, defNames)
+  if (type === 'number' || type === 'integer') {
+    for (const key of CHECKED_ON_OUTPUT[type]) {
+      if (s[key] !== undefined && (typeof s[key] !== 'number' || !Number.isFinite(s[key]))) throw invalid(`${path}.${key}`, 'must be a number')
+    }
+    return { type }
+  }
   if (type === 'string') {
     checkCount(s, path, ['minLength', 'maxLength'])
+    if (s.pattern !== undefined) compilePattern(s.pattern, `${path}.pattern`)
     // `format` is an annotation in JSON Schema 2020-12: we enforce the ones the grammar knows and drop the rest
     const format = typeof s.format === 'string' && STRING_FORMATS.has(s.format) ? { format: s.format } : { }
     return { type: 'string', ...pick(s, ['minLength', 'maxLength']), ...format } as GbnfJsonSchema
   }
-  return { type: type as 'number' }
+  return { type: type as 'boolean' }
 }
 
 function convertObject (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
@@ -186,4 +205,86 @@ function isPrimitive (value: unknown): value is string | number | boolean | null
 
 function invalid (path: string, problem: string): InvalidGenerationRequestError {
   return new InvalidGenerationRequestError(`${path} ${problem}`, path)
+}
+
+/**
+ * The first break of a keyword the grammar could not enforce (CHECKED_ON_OUTPUT) in `value`, generated under
+ * `schema` (the caller's, before toGrammarSchema): a message naming where, or null. Everything else in the schema
+ * the grammar enforced already.
+ */
+export function outputViolation (schema: unknown, value: unknown, at = ''): string | null {
+  return violation(schema, value, at === '' ? '(root)' : at, isSchemaObject(schema) ? (schema.$defs ?? schema.definitions) as SchemaObject | undefined : undefined, 0)
+}
+
+function violation (schema: unknown, value: unknown, at: string, defs: SchemaObject | undefined, depth: number): string | null {
+  if (!isSchemaObject(schema) || depth > MAX_SCHEMA_DEPTH * 2) return null
+  if (typeof schema.$ref === 'string') {
+    const name = /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(schema.$ref)?.[1]
+    return name == null ? null : violation(defs?.[name], value, at, defs, depth + 1)
+  }
+  const alternatives = schema.anyOf ?? schema.oneOf
+  if (Array.isArray(alternatives)) {
+    // The grammar let the value through one alternative of its type; the value breaks the schema only if every such one does
+    const found = alternatives.map((alternative) => violation(alternative, value, at, defs, depth + 1))
+    return found.includes(null) ? null : found[0] ?? null
+  }
+  // Within anyOf, an alternative of another type is not the one the value went through
+  const types = typeof schema.type === 'string' ? [schema.type] : Array.isArray(schema.type) ? schema.type : null
+  if (types != null && !types.some((type) => type === jsonType(value) || (type === 'number' && jsonType(value) === 'integer'))) return `${at} is not of type ${types.join(' or ')}`
+  if (typeof value === 'number') {
+    const { minimum, maximum, exclusiveMinimum, exclusiveMaximum } = schema
+    if (typeof minimum === 'number' && value < minimum) return `${at} is ${value}, below the minimum ${minimum}`
+    if (typeof maximum === 'number' && value > maximum) return `${at} is ${value}, above the maximum ${maximum}`
+    if (typeof exclusiveMinimum === 'number' && value <= exclusiveMinimum) return `${at} is ${value}, not above ${exclusiveMinimum}`
+    if (typeof exclusiveMaximum === 'number' && value >= exclusiveMaximum) return `${at} is ${value}, not below ${exclusiveMaximum}`
+    return null
+  }
+  if (typeof value === 'string') {
+    if (typeof schema.pattern === 'string' && !compilePattern(schema.pattern, `${at}.pattern`).test(value)) return `${at} does not match the pattern ${schema.pattern}`
+    return null
+  }
+  if (Array.isArray(value)) {
+    const prefix = Array.isArray(schema.prefixItems) ? schema.prefixItems : []
+    for (const [i, item] of value.entries()) {
+      const found = violation(i < prefix.length ? prefix[i] : schema.items, item, `${at}[${i}]`, defs, depth + 1)
+      if (found != null) return found
+    }
+    return null
+  }
+  if (typeof value === 'object' && value !== null) {
+    const properties = isSchemaObject(schema.properties) ? schema.properties : {}
+    for (const [key, item] of Object.entries(value)) {
+      const found = violation(Object.hasOwn(properties, key) ? properties[key] : schema.additionalProperties, item, `${at}.${key}`, defs, depth + 1)
+      if (found != null) return found
+    }
+  }
+  return null
+}
+
+function jsonType (value: unknown): string {
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return 'array'
+  if (typeof value === 'number') return Number.isInteger(value) ? 'integer' : 'number'
+  return typeof value
+}
+
+const PATTERNS_KEPT = 256
+const patterns = new Map<string, RegExp>()
+
+/** A schema's `pattern` as a JavaScript RegExp (ECMA-262, as JSON Schema defines it, with Unicode); refused when invalid. */
+function compilePattern (pattern: unknown, param: string): RegExp {
+  if (typeof pattern !== 'string' || pattern.length > 1024) throw invalid(param, 'must be a regular expression of at most 1024 characters')
+  // A quantified group holding a quantifier can take exponential time on a long answer, on the event loop
+  if (/\([^)]*[+*}?][^)]*\)[+*{]/.test(pattern)) throw invalid(param, 'has a repeated group that itself repeats, which is not accepted (it can take exponential time)')
+  let compiled = patterns.get(pattern)
+  if (compiled == null) {
+    try {
+      compiled = new RegExp(pattern, 'u')
+    } catch {
+      throw invalid(param, 'is not a valid regular expression')
+    }
+    if (patterns.size >= PATTERNS_KEPT) patterns.clear()
+    patterns.set(pattern, compiled)
+  }
+  return compiled
 }

@@ -1,5 +1,5 @@
 import { NotFoundError, UnavailableError } from '../errors.ts'
-import type { ChatRouter, InferenceEvent, ModelListing, RoutedGeneration, RoutedRequest, RouteOptions } from './chat.ts'
+import type { ChatRequest, ChatRouter, InferenceEvent, ModelListing, RoutedGeneration, RoutedRequest, RouteOptions } from './chat.ts'
 import type { LocalEngine } from './engine.ts'
 import { ModelSwappedError } from './errors.ts'
 
@@ -82,6 +82,12 @@ export class LocalRouter implements ChatRouter {
   async tokenize (modelID: string, text: string, options: { addSpecial?: boolean, signal?: AbortSignal } = {}): Promise<number[]> {
     const loadedID = await this.#ready(modelID, options.signal)
     return await this.#deps.engine.tokenize(text, { addSpecial: options.addSpecial, modelID: loadedID, signal: options.signal })
+  }
+
+  /** The input tokens a chat request takes on the model (loaded first if it is only downloaded). */
+  async countChatTokens (request: ChatRequest & { modelID: string }, options: { signal?: AbortSignal } = {}): Promise<number> {
+    const loadedID = await this.#ready(request.modelID, options.signal)
+    return await this.#deps.engine.countChatTokens(request, { modelID: loadedID, signal: options.signal })
   }
 
   async detokenize (modelID: string, tokens: number[], options: { signal?: AbortSignal } = {}): Promise<string> {

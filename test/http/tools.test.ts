@@ -130,7 +130,7 @@ test('tool requests it cannot serve as asked are refused with 400 naming the par
     [{ ...base, tool_choice: 'sometimes' }, 'tool_choice'],
     [{ ...base, tools: [WEATHER, WEATHER] }, 'tools.1.function.name'],
     [{ ...base, tools: [{ type: 'function', function: { name: 'bad name!' } }] }, 'tools.0.function.name'],
-    [{ ...base, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { code: { type: 'string', pattern: '^[a-z]+$' } } } } }] }, 'tools.0.function.parameters.properties.code.pattern'],
+    [{ ...base, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { code: { type: 'string', pattern: '^([a-z]+)*$' } } } } }] }, 'tools.0.function.parameters.properties.code.pattern'],
     [{ ...base, response_format: { type: 'json_object' } }, 'response_format'],
     [{ ...base, messages: [...ask, callMessage] }, 'messages.1.tool_calls.0'],
     [{ ...base, messages: [...ask, callMessage, { role: 'user', content: 'and?' }] }, 'messages.1.tool_calls.0'],

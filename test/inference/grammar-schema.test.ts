@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { InvalidGenerationRequestError } from '../../src/inference/index.ts'
-import { toGrammarSchema } from '../../src/inference/grammar-schema.ts'
+import { outputViolation, toGrammarSchema } from '../../src/inference/grammar-schema.ts'
 
 const ANY = {
   oneOf: [{ type: ['string', 'number', 'boolean', 'null'] }, { type: 'object', additionalProperties: true }, { type: 'array' }]
@@ -29,8 +29,9 @@ await test('schemas whose constraints the grammar cannot enforce are refused, na
     [null, 'schema'],
     [[], 'schema'],
     [{ type: 'banana' }, 'schema.type'],
-    [{ type: 'string', pattern: '^a+$' }, 'schema.pattern'],
-    [{ type: 'object', properties: { n: { type: 'number', minimum: 0 } } }, 'schema.properties.n.minimum'],
+    [{ type: 'string', pattern: '^(a+)+$' }, 'schema.pattern'],
+    [{ type: 'string', pattern: '[' }, 'schema.pattern'],
+    [{ type: 'object', properties: { n: { type: 'number', minimum: 'zero' } } }, 'schema.properties.n.minimum'],
     [{ allOf: [{ type: 'string' }] }, 'schema.allOf'],
     [{ $ref: '#/$defs/missing' }, 'schema.$ref'],
     [{ type: 'array', items: { not: {} } }, 'schema.items.not'],
@@ -50,4 +51,30 @@ await test('a schema nested deeper than the limit is refused instead of recursin
   let schema: object = { type: 'string' }
   for (let i = 0; i < 40; i++) schema = { type: 'array', items: schema }
   assert.throws(() => toGrammarSchema(schema, 'schema'), InvalidGenerationRequestError)
+})
+
+await test('bounds and patterns the grammar cannot express are checked on the output, wherever they sit in the schema', () => {
+  // As zod writes them (the safe-integer range on every integer), and as Claude Code's tools have them
+  const schema = {
+    type: 'object',
+    properties: {
+      offset: { type: 'integer', minimum: 0, maximum: 9007199254740991 },
+      limit: { type: 'integer', exclusiveMinimum: 0 },
+      id: { type: 'string', pattern: '^wf_[a-z0-9-]{6,}$' },
+      scores: { type: 'array', items: { $ref: '#/$defs/score' } },
+      either: { anyOf: [{ type: 'number', maximum: 1 }, { type: 'string' }] }
+    },
+    $defs: { score: { type: 'number', minimum: 0, exclusiveMaximum: 10 } }
+  }
+  assert.doesNotThrow(() => toGrammarSchema(schema, 'schema'))
+  const valid = { offset: 0, limit: 1, id: 'wf_abc-123', scores: [0, 9.5], either: 'x' }
+  assert.equal(outputViolation(schema, valid, 'answer'), null)
+  const cases: Array<[object, RegExp]> = [
+    [{ offset: -1 }, /answer\.offset is -1, below the minimum 0/],
+    [{ limit: 0 }, /answer\.limit is 0, not above 0/],
+    [{ id: 'wf_ab' }, /answer\.id does not match the pattern/],
+    [{ scores: [1, 10] }, /answer\.scores\[1\] is 10, not below 10/],
+    [{ either: 2 }, /answer\.either is 2, above the maximum 1/]
+  ]
+  for (const [change, message] of cases) assert.match(outputViolation(schema, { ...valid, ...change }, 'answer') ?? '', message)
 })
