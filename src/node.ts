@@ -15,10 +15,11 @@ import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { DemandDrivenModels, DemandTracker, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_ADVERTISED_CERTIFICATES, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_ADVERTISED_CERTIFICATES, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { ServingPolicy } from './serving/index.ts'
 import { AgentService } from './agent/index.ts'
+import { StoredResponses } from './responses/index.ts'
 import { SettingsStore } from './settings/index.ts'
 import { lockDataDir, openDatabase, writeFileAtomic, type Database } from './store/index.ts'
 import { availableParallelism } from 'node:os'
@@ -168,10 +169,10 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       onServed: ({ kind, usage }) => { peerTokens.inc({}, billableTokens(kind, usage)); peerRequests.inc() },
       log: log.child({ part: 'serving' })
     })
-    // Issue 12: 1.1.0 carries tools, logit_bias, completions and embeddings; 1.0.0 (plain chats) is still what older
-    // peers ask with. One handler reads both.
+    // 1.2.0 carries thoughts, 1.1.0 tools, logit_bias, completions and embeddings; 1.0.0 (plain chats) is still what
+    // older peers ask with. One handler reads them all.
     const infer = createInferHandler({ policy: serving, log: log.child({ part: 'infer' }) })
-    for (const protocol of [INFER_PROTOCOL, INFER_PROTOCOL_CHAT]) await network.handle(protocol, infer, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
+    for (const protocol of [INFER_PROTOCOL_REASONING, INFER_PROTOCOL, INFER_PROTOCOL_CHAT]) await network.handle(protocol, infer, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
     network.advertise('capacity', () => {
       const { slots, busySlots, queued } = engine.stats()
       return { slots, busySlots, queued, reservedSlots: serving.reservedSlots() }
@@ -202,6 +203,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       metrics,
       router,
       tokenizer: localRouter,
+      responses: new StoredResponses({ db }),
       sameModel,
       peers: { network },
       models,

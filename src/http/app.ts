@@ -24,6 +24,7 @@ import { eventsRoutes, type EventsRoutesOptions } from './routes/events.ts'
 import { appStateRoutes } from './routes/app-state.ts'
 import { chatRoutes } from './routes/chat.ts'
 import { messagesRoutes } from './routes/messages.ts'
+import { responsesRoutes } from './routes/responses.ts'
 import { completionRoutes } from './routes/completions.ts'
 import { embeddingRoutes } from './routes/embeddings.ts'
 import { openaiModelRoutes } from './routes/openai-models.ts'
@@ -37,6 +38,7 @@ import type { PtnService } from '../ptn/index.ts'
 import { modelRoutes } from './routes/models.ts'
 import { agentRoutes } from './routes/agent.ts'
 import type { AgentService } from '../agent/index.ts'
+import type { StoredResponses } from '../responses/index.ts'
 import type { AppSnapshot, Health } from './schemas/app.ts'
 import type { HttpApp } from './types.ts'
 import { DEFAULT_PORT } from '../config.ts'
@@ -73,6 +75,8 @@ export interface HttpDeps {
   tokenizer?: Pick<LocalRouter, 'tokenize' | 'detokenize' | 'countChatTokens'>
   /** Whether two model ids name the same model (the models domain's one matcher). Default: equal strings. */
   sameModel?: (a: string, b: string) => boolean
+  /** Responses kept for the Responses API (`/v1/responses`); absent only where a test builds the app without a node. */
+  responses?: StoredResponses
   /** Called after an OpenAI request (chat, completion, embeddings) was served, with the model it named. */
   onServed?: (modelID: string) => void
   /** The wallet and its on-chain status; absent only where a test builds the app without a node. */
@@ -205,6 +209,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   // The OpenAI-compatible API: every route under /v1/ outside /v1/app/ (an `inference` key scope's prefix list).
   await app.register(openaiModelRoutes, { router: deps.router, sameModel: deps.sameModel ?? ((a, b) => a === b) })
   await app.register(chatRoutes, { router: deps.router, onServed: deps.onServed })
+  if (deps.responses != null) await app.register(responsesRoutes, { router: deps.router, responses: deps.responses, onServed: deps.onServed })
   await app.register(messagesRoutes, { router: deps.router, counter: deps.tokenizer, onServed: deps.onServed })
   await app.register(completionRoutes, { router: deps.router, onServed: deps.onServed })
   await app.register(embeddingRoutes, { router: deps.router, onServed: deps.onServed })

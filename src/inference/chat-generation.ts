@@ -24,6 +24,7 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
   const { maxTokens, sampling } = await planSampling(request, parts.model, room)
   const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
   const schema = grammar != null && request.responseFormat?.type === 'json_schema' ? request.responseFormat.schema : null
+  const thoughtTokens = optionalThoughtTokens(request.thoughtTokens)
   const { LlamaChat } = await llamaModule()
   // Plain text in a template without segments or prefix triggers: our own token loop runs it (token-loop.ts)
   const loop = await planLoop(tools == null && grammar == null && plainTemplate(rendered, chatWrapper),
@@ -44,6 +45,12 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
             if (schema != null) answer += text
             emit({ type: 'delta', text })
           },
+          // A reasoning model's thought comes apart from the answer (onTextChunk has the answer only)
+          onResponseChunk: (chunk) => {
+            // A zero budget closes a thought the template opened after its first token: no thought is wanted, none is given
+            if (chunk.type === 'segment' && chunk.segmentType === 'thought' && chunk.text !== '' && thoughtTokens !== 0) emit({ type: 'reasoning', text: chunk.text })
+          },
+          ...(thoughtTokens == null ? {} : { budgets: { thoughtTokens } }),
           signal,
           // Return what was generated instead of throwing, so an aborted generation's usage can still be recorded.
           stopOnAbortSignal: true,
@@ -150,4 +157,10 @@ function parsedOrUndefined (text: string): unknown {
   } catch {
     return undefined
   }
+}
+
+function optionalThoughtTokens (value: unknown): number | null {
+  if (value == null) return null
+  if (!Number.isSafeInteger(value) || (value as number) < 0) throw new InvalidGenerationRequestError('thoughtTokens must be a whole number of tokens, 0 or more', 'thoughtTokens')
+  return value as number
 }

@@ -16,6 +16,8 @@ export interface ChatMessage {
   toolCalls?: ToolCall[] | null
   /** Tool messages only: the id of the call this message gives the result of. */
   toolCallID?: string | null
+  /** Assistant messages only: the model's thought before this answer, sent back with the history. */
+  reasoning?: string | null
 }
 
 /** A function the model may call; `parameters` is a JSON Schema its arguments must match (default: none). */
@@ -62,6 +64,11 @@ export interface ChatRequest extends SamplingRequest {
   toolChoice?: ToolChoice | null
   /** Whether one answer may hold several calls. Default true. */
   parallelToolCalls?: boolean | null
+  /**
+   * Most tokens a reasoning model may think before it answers (its thought segment): 0 answers without a thought;
+   * null leaves node-llama-cpp's default (a share of the context). No effect on a model without thought segments.
+   */
+  thoughtTokens?: number | null
 }
 
 /** A plain text completion: the model continues `prompt` (or fills in between `prompt` and `suffix`). */
@@ -103,6 +110,8 @@ export type DoneEvent = { type: 'done', finishReason: FinishReason, usage: ChatU
  */
 export type ChatEvent =
   | { type: 'delta', text: string }
+  /** Text of the model's thought (a reasoning model's thought segment), never part of the answer. */
+  | { type: 'reasoning', text: string }
   | { type: 'tool_call', index: number, id: string, name: string }
   | { type: 'tool_arguments', index: number, text: string }
   | DoneEvent

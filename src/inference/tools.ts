@@ -124,7 +124,9 @@ export function toChatHistory (messages: readonly ChatMessage[]): ChatHistoryIte
           open.set(toolCall.id, { call, at })
           return call
         })
-        history.push({ type: 'model', response: [...(message.content === '' && calls.length > 0 ? [] : [message.content]), ...calls] })
+        // A thought sent back goes before the answer, as the model's thought segment (the template decides whether to show it)
+        const thought = typeof message.reasoning === 'string' && message.reasoning !== '' ? [{ type: 'segment' as const, segmentType: 'thought' as const, text: message.reasoning, ended: true }] : []
+        history.push({ type: 'model', response: [...thought, ...(message.content === '' && calls.length > 0 ? [] : [message.content]), ...calls] })
         return
       }
       case 'tool': {

@@ -20,5 +20,5 @@ export { CAPABILITIES_PROTOCOL, MAX_ADVERTISED_CERTIFICATES } from './capabiliti
 export type { CapabilityRecord } from './capabilities.ts'
 export { PeerRouter } from './router.ts'
 export type { PeerRouterDeps, PeerRouterOptions, RouterNetwork, InferenceBilling } from './router.ts'
-export { createInferHandler, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_INBOUND_INFER_STREAMS, RemoteInferenceError } from './infer.ts'
+export { createInferHandler, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_INBOUND_INFER_STREAMS, RemoteInferenceError } from './infer.ts'
 export type { InferHandlerDeps } from './infer.ts'

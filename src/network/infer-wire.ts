@@ -14,6 +14,12 @@ import { ModelIDString } from './capabilities.ts'
  * more than a plain chat; the server reads both versions with the same schema (1.0.0 requests are a subset).
  */
 export const INFER_PROTOCOL = '/meshnode/infer/1.1.0'   // new version on any wire change
+/**
+ * 1.2.0 adds a reasoning model's thought (`reasoning` frames; a chat's `thoughtTokens`, and `reasoning` on assistant
+ * messages sent back). A server sends thoughts only on it: on older streams a thought is left out (never mixed into the
+ * answer). A requester asks on it when its request sets a thought budget or sends thoughts back.
+ */
+export const INFER_PROTOCOL_REASONING = '/meshnode/infer/1.2.0'
 /** Plain chats only: what nodes before 1.1.0 serve. A plain chat still goes out on it, so that older peers serve it. */
 export const INFER_PROTOCOL_CHAT = '/meshnode/infer/1.0.0'
 /** The HTTP API takes bodies up to 1 MiB; the same messages, re-encoded, fit here. */
@@ -29,7 +35,9 @@ const Message = z.object({
   /** Assistant messages: the calls the model made. Added in 1.1.0. */
   toolCalls: z.array(ToolCall).max(MAX_TOOLS).nullish(),
   /** Tool messages: the call this one answers. Added in 1.1.0. */
-  toolCallID: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).nullish()
+  toolCallID: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).nullish(),
+  /** Assistant messages: the thought before the answer. Added in 1.2.0. */
+  reasoning: z.string().nullish()
 })
 const ResponseFormat = z.discriminatedUnion('type', [
   z.object({ type: z.literal('text') }),
@@ -67,7 +75,9 @@ export const WireChatRequest = z.object({
   /** Added in 1.1.0, with toolChoice and parallelToolCalls. */
   tools: z.array(Tool).max(MAX_TOOLS).nullish(),
   toolChoice: ToolChoice.nullish(),
-  parallelToolCalls: z.boolean().nullish()
+  parallelToolCalls: z.boolean().nullish(),
+  /** Added in 1.2.0. */
+  thoughtTokens: z.number().int().nonnegative().nullish()
 })
 const WireCompletionRequest = z.object({ kind: z.literal('completion'), prompt: z.string(), suffix: z.string().nullish(), ...Sampling })
 const WireEmbeddingRequest = z.object({ kind: z.literal('embeddings'), input: z.array(z.string()).min(1).max(MAX_EMBEDDING_INPUTS) })
@@ -92,6 +102,11 @@ export const InferRequest = z.object({
 export type InferRequest = z.input<typeof InferRequest>
 
 /** Whether `request` needs 1.1.0, or an older peer can serve it on 1.0.0 (a chat without tools and logit_bias). */
+/** Whether `request` needs 1.2.0: a thought budget, or thoughts sent back. */
+export function needsInfer12 (request: InferenceRequest): boolean {
+  return request.kind === 'chat' && (request.thoughtTokens != null || request.messages.some(message => message.reasoning != null && message.reasoning !== ''))
+}
+
 export function needsInfer11 (request: InferenceRequest): boolean {
   if (request.kind !== 'chat') return true
   return (request.tools?.length ?? 0) > 0 || request.toolChoice != null || Object.keys(request.logitBias ?? {}).length > 0 ||
@@ -119,6 +134,8 @@ export const InferFrame = z.discriminatedUnion('type', [
   z.object({ type: z.literal('tool_call'), index: CallIndex, id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS), name: z.string().min(1).max(MAX_TOOL_NAME_CHARS) }),
   /** A fragment of an open call's JSON arguments. 1.1.0. */
   z.object({ type: z.literal('tool_arguments'), index: CallIndex, text: z.string() }),
+  /** Text of the model's thought, apart from the answer. 1.2.0. */
+  z.object({ type: z.literal('reasoning'), text: z.string() }),
   /** The vector of input `index`. 1.1.0. */
   z.object({ type: z.literal('embedding'), index: z.number().int().min(0).max(MAX_EMBEDDING_INPUTS - 1), vector: z.array(z.number()).min(1).max(MAX_EMBEDDING_LENGTH) }),
   // stopSequence: 1.1.0, optional (older peers leave it out, and ignore it)
@@ -156,6 +173,9 @@ export class AnswerCheck {
         return
       case 'delta':
         if (kind === 'embeddings') throw invalid('a text delta in an embeddings answer')
+        return
+      case 'reasoning':
+        if (kind !== 'chat') throw invalid('a thought in an answer to a request that is no chat')
         return
       case 'tool_call':
         if (kind !== 'chat' || (this.#request.tools?.length ?? 0) === 0) throw invalid('a tool call in an answer to a request without tools')

@@ -5,13 +5,13 @@ import type { InferenceEvent, InferenceRequest } from '../inference/index.ts'
 import type { PeerGeneration } from '../serving/index.ts'
 import { ProtocolError, askPeer, batchesWithKeepAlives, isHostile, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
 import {
-  AnswerCheck, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
-  needsInfer11, type InferErrorKind
+  AnswerCheck, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
+  needsInfer11, needsInfer12, type InferErrorKind
 } from './infer-wire.ts'
 import type { RemotePeer } from './protocol-registry.ts'
 
 export {
-  INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_ERROR_KINDS, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
+  INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, INFER_ERROR_KINDS, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
   WireChatRequest, WireRequest, needsInfer11
 } from './infer-wire.ts'
 export type { InferErrorKind } from './infer-wire.ts'
@@ -75,6 +75,7 @@ export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, pe
     const peerGone = new AbortController()
     stream.addEventListener('close', () => { peerGone.abort(new Error('The requesting peer closed the stream')) }, { once: true })
     const signal = peerGone.signal
+    const reasoning = stream.protocol === INFER_PROTOCOL_REASONING
     const events = deps.policy.generate({
       kind: ask.request.kind, nodeID: peer.nodeID, ptnID: ask.ptnID, requesterLabel: ask.requester ?? null, modelID: ask.modelID, request: ask.request as InferenceRequest
     }, { signal })
@@ -89,6 +90,13 @@ export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, pe
               continue
             case 'tool_arguments':
               await out.text(event.index, event.text)
+              continue
+            case 'reasoning':
+              // Older requesters know no thought frames: for them the thought is left out
+              if (reasoning) {
+                await out.flush()
+                await out.write(event)
+              }
               continue
             case 'done':
               await out.write({ type: 'done', finishReason: event.finishReason, usage: event.usage, ...(event.stopSequence == null ? {} : { stopSequence: event.stopSequence }) })
@@ -169,7 +177,7 @@ function toErrorFrame (err: unknown): Extract<InferFrame, { type: 'error' }> {
  * which cancels the generation at the peer.
  */
 export async function * requestInference (peers: PeerStreams, nodeID: string, ask: InferAsk, options: { signal?: AbortSignal, openTimeoutMs?: number } = {}): AsyncGenerator<InferenceEvent, void, undefined> {
-  const protocol = needsInfer11(ask.request) ? INFER_PROTOCOL : INFER_PROTOCOL_CHAT
+  const protocol = needsInfer12(ask.request) ? INFER_PROTOCOL_REASONING : needsInfer11(ask.request) ? INFER_PROTOCOL : INFER_PROTOCOL_CHAT
   const frames = askPeer(peers, nodeID, protocol, ask, InferFrame, (frame) => frame.type === 'done' || frame.type === 'error', {
     signal: options.signal,
     openTimeoutMs: options.openTimeoutMs,

@@ -178,5 +178,17 @@ export const MIGRATIONS: readonly string[] = [
      FROM wallet_transfers;
    DROP TABLE wallet_transfers;
    ALTER TABLE wallet_transfers_v6 RENAME TO wallet_transfers;
-   CREATE INDEX wallet_transfers_pending ON wallet_transfers (next_attempt_ms) WHERE state = 'pending';`
+   CREATE INDEX wallet_transfers_pending ON wallet_transfers (next_attempt_ms) WHERE state = 'pending';`,
+  // stored responses (the Responses API): each kept response with its whole conversation, scoped to the requester
+  // that made it; `seq` orders them oldest first for the count and size limits, `created_at` for expiry.
+  `CREATE TABLE stored_responses (
+     seq INTEGER PRIMARY KEY AUTOINCREMENT,
+     id TEXT NOT NULL UNIQUE,
+     requester TEXT NOT NULL,
+     created_at TEXT NOT NULL,
+     size_bytes INTEGER NOT NULL CHECK (size_bytes > 0),
+     conversation TEXT NOT NULL,
+     answer TEXT NOT NULL
+   );
+   CREATE INDEX stored_responses_created ON stored_responses (created_at);`
 ]

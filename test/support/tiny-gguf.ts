@@ -10,6 +10,16 @@ export const CHATML_TEMPLATE =
 
 export const TINY_GGUF_CONTEXT_LENGTH = 512
 
+/**
+ * ChatML as reasoning models have it (Qwen3, DeepSeek-R1 distills): the model's turn opens inside a thought, which it
+ * closes with </think> before its answer; a thought sent back with the history is shown before that answer.
+ */
+export const THINKING_TEMPLATE =
+  "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}" +
+  "{% if message['reasoning_content'] %}{{ '<think>\\n' + message['reasoning_content'] + '\\n</think>\\n\\n' }}{% endif %}" +
+  "{{ message['content'] + '<|im_end|>' + '\\n' }}{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}" +
+  "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+
 export interface TinyGgufOptions {
   /** Seeds the weights; the same seed gives the same bytes. Default 1. */
   seed?: number
@@ -28,6 +38,11 @@ export interface TinyGgufOptions {
   unruly?: boolean
   /** One attention head as wide as the embedding (64 values) instead of four of 16: a head size real models have. */
   oneHead?: boolean
+  /**
+   * A reasoning model's shape: `<think>` and `</think>` control tokens and THINKING_TEMPLATE (unless `chatTemplate` is
+   * given). Its answers open inside a thought, which only a thought budget closes (the weights never pick </think>).
+   */
+  thinking?: boolean
 }
 
 export interface TinyGguf { path: string, sha256: string, sizeBytes: number }
@@ -69,7 +84,9 @@ interface Vocabulary { tokens: string[], scores: number[], types: number[] }
 
 const FIM_TOKENS = ['<|fim_prefix|>', '<|fim_suffix|>', '<|fim_middle|>'] as const
 
-function buildVocabulary (infill: boolean): Vocabulary {
+const THINK_TOKENS = ['<think>', '</think>'] as const
+
+function buildVocabulary (infill: boolean, thinking: boolean): Vocabulary {
   const vocabulary: Vocabulary = { tokens: [], scores: [], types: [] }
   const seen = new Set<string>()
   const add = (token: string, type: number, score: number): void => {
@@ -89,6 +106,7 @@ function buildVocabulary (infill: boolean): Vocabulary {
   add('<|im_start|>', TOKEN_CONTROL, 0)
   add('<|im_end|>', TOKEN_CONTROL, 0)
   if (infill) for (const token of FIM_TOKENS) add(token, TOKEN_CONTROL, 0)
+  if (thinking) for (const token of THINK_TOKENS) add(token, TOKEN_CONTROL, 0)
   let rank = 0
   const single = '▁abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?\'-:;()'
   for (const char of single) add(char, TOKEN_NORMAL, -(rank++))
@@ -124,10 +142,10 @@ export type GgufTensor =
   | { name: string, dims: number[], type: 'q8_0', data: Buffer }
 
 function encodeTinyGguf (options: TinyGgufOptions): Buffer {
-  const { seed = 1, chatTemplate = CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false, unruly = false, oneHead = false } = options
+  const { seed = 1, thinking = false, chatTemplate = thinking ? THINKING_TEMPLATE : CHATML_TEMPLATE, name = 'meshnode tiny llama', contextLength = TINY_GGUF_CONTEXT_LENGTH, infill = false, unruly = false, oneHead = false } = options
   const heads = oneHead ? 1 : HEADS
   const kvHeads = oneHead ? 1 : KV_HEADS
-  const vocabulary = buildVocabulary(infill)
+  const vocabulary = buildVocabulary(infill, thinking)
   const metadata: Array<[string, MetadataValue]> = [
     ['general.architecture', { type: 'string', value: 'llama' }],
     ['general.name', { type: 'string', value: name }],

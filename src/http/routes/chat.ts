@@ -4,7 +4,7 @@ import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, SamplingRequest, ToolChoice } from '../../inference/index.ts'
 import { collectGeneration, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
-import { ChatCompletion, ChatCompletionRequest, type ChatCompletionChunk, type CompletionRequest, type ToolCallOut, type Usage } from '../schemas/openai.ts'
+import { ChatCompletion, ChatCompletionRequest, THOUGHT_TOKENS_BY_EFFORT, type ChatCompletionChunk, type CompletionRequest, type ToolCallOut, type Usage } from '../schemas/openai.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { clientGone } from '../sse.ts'
 
@@ -43,7 +43,8 @@ export const chatRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (
             // OpenAI's shape: content null when the answer is only tool calls
             content: answer.text === '' && answer.toolCalls.length > 0 ? null : answer.text,
             refusal: null,
-            ...(answer.toolCalls.length > 0 ? { tool_calls: answer.toolCalls } : {})
+            ...(answer.toolCalls.length > 0 ? { tool_calls: answer.toolCalls } : {}),
+            ...(answer.reasoning === '' ? {} : { reasoning_content: answer.reasoning, reasoning: answer.reasoning })
           },
           logprobs: null,
           finish_reason: answer.done.finishReason
@@ -68,6 +69,7 @@ export const chatRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (
       render: (event) => {
         switch (event.type) {
           case 'delta': return event.text === '' ? [] : [chunk({ content: event.text })]
+          case 'reasoning': return event.text === '' ? [] : [chunk({ reasoning_content: event.text, reasoning: event.text })]
           // OpenAI's stream: the first delta of a call carries its index, id, type and name; later ones fragments
           case 'tool_call': return [chunk({ tool_calls: [{ index: event.index, id: event.id, type: 'function', function: { name: event.name, arguments: '' } }] })]
           case 'tool_arguments': return [chunk({ tool_calls: [{ index: event.index, function: { arguments: event.text } }] })]
@@ -98,12 +100,14 @@ export function toUsage (usage: ChatUsage): Usage {
 }
 
 /** A whole answer from its events: the text, the tool calls with their arguments joined, and how it ended. */
-function assemble (events: ChatEvent[]): { text: string, toolCalls: ToolCallOut[], done: DoneEvent } {
+function assemble (events: ChatEvent[]): { text: string, reasoning: string, toolCalls: ToolCallOut[], done: DoneEvent } {
   let text = ''
+  let reasoning = ''
   const toolCalls: ToolCallOut[] = []
   let done: DoneEvent | null = null
   for (const event of events) {
     if (event.type === 'delta') text += event.text
+    else if (event.type === 'reasoning') reasoning += event.text
     else if (event.type === 'tool_call') toolCalls[event.index] = { id: event.id, type: 'function', function: { name: event.name, arguments: '' } }
     else if (event.type === 'tool_arguments') {
       const call = toolCalls[event.index]
@@ -112,7 +116,7 @@ function assemble (events: ChatEvent[]): { text: string, toolCalls: ToolCallOut[
     } else done = event
   }
   if (done == null) throw new Error('generation ended without a final event')
-  return { text, toolCalls, done }
+  return { text, reasoning, toolCalls, done }
 }
 
 /** Maps the OpenAI request onto our engine's request, refusing what we cannot honour by name (never dropping it). */
@@ -131,6 +135,7 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
       case 'assistant': return {
         role: 'assistant',
         content,
+        reasoning: message.reasoning_content ?? message.reasoning ?? null,
         toolCalls: message.tool_calls?.map((call) => ({ id: call.id, name: call.function.name, arguments: call.function.arguments })) ?? null
       }
       case 'developer': return { role: 'system', content }
@@ -155,7 +160,8 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
     responseFormat: format == null ? null : format.type === 'json_schema' ? { type: 'json_schema', schema: format.json_schema.schema } : format,
     tools,
     toolChoice,
-    parallelToolCalls: body.parallel_tool_calls ?? null
+    parallelToolCalls: body.parallel_tool_calls ?? null,
+    thoughtTokens: body.reasoning_effort == null ? null : THOUGHT_TOKENS_BY_EFFORT[body.reasoning_effort]
   }
 }
 

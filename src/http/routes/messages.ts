@@ -62,13 +62,13 @@ export const messagesRoutes: FastifyPluginAsyncZod<MessagesRoutesOptions> = asyn
     // Anthropic's event order: message_start, then each content block (start, deltas, stop), message_delta with the
     // stop reason and the output tokens, message_stop. A text block is opened at the first text.
     let block = -1
-    let open: 'text' | 'tool_use' | null = null
+    let open: 'thinking' | 'text' | 'tool_use' | null = null
     const close = (): unknown[] => {
       if (open == null) return []
       open = null
       return [new NamedEvent('content_block_stop', { type: 'content_block_stop', index: block })]
     }
-    const start = (kind: 'text' | 'tool_use', contentBlock: object): unknown[] => {
+    const start = (kind: 'thinking' | 'text' | 'tool_use', contentBlock: object): unknown[] => {
       const events = close()
       block++
       open = kind
@@ -91,6 +91,12 @@ export const messagesRoutes: FastifyPluginAsyncZod<MessagesRoutesOptions> = asyn
             if (event.text === '') return []
             const events = open === 'text' ? [] : start('text', { type: 'text', text: '' })
             events.push(new NamedEvent('content_block_delta', { type: 'content_block_delta', index: block, delta: { type: 'text_delta', text: event.text } }))
+            return events
+          }
+          case 'reasoning': {
+            if (event.text === '') return []
+            const events = open === 'thinking' ? [] : start('thinking', { type: 'thinking', thinking: '', signature: '' })
+            events.push(new NamedEvent('content_block_delta', { type: 'content_block_delta', index: block, delta: { type: 'thinking_delta', thinking: event.text } }))
             return events
           }
           case 'tool_call': return start('tool_use', { type: 'tool_use', id: event.id, name: event.name, input: {} })
@@ -135,6 +141,7 @@ export function toChatRequest (body: MessagesRequest): { chat: RoutedRequest & {
       return
     }
     const texts: string[] = []
+    const thoughts: string[] = []
     const calls: NonNullable<ChatMessage['toolCalls']> = []
     message.content.forEach((block, b) => {
       const where = `${at}.${b}`
@@ -155,6 +162,8 @@ export function toChatRequest (body: MessagesRequest): { chat: RoutedRequest & {
         }
         // Thoughts sent back with the history: the model's own reasoning of an earlier turn, not part of its answer
         case 'thinking':
+          if (message.role === 'assistant' && typeof block.thinking === 'string') thoughts.push(block.thinking)
+          return
         case 'redacted_thinking':
           return
         case 'image':
@@ -165,7 +174,9 @@ export function toChatRequest (body: MessagesRequest): { chat: RoutedRequest & {
       }
     })
     if (message.role === 'assistant') {
-      if (texts.length > 0 || calls.length > 0) messages.push({ role: 'assistant', content: texts.join('\n'), toolCalls: calls.length > 0 ? calls : null })
+      if (texts.length > 0 || calls.length > 0) {
+        messages.push({ role: 'assistant', content: texts.join('\n'), toolCalls: calls.length > 0 ? calls : null, reasoning: thoughts.length > 0 ? thoughts.join('\n') : null })
+      }
     } else if (texts.length > 0) {
       messages.push({ role: message.role, content: texts.join('\n') })
     }
@@ -195,7 +206,8 @@ export function toChatRequest (body: MessagesRequest): { chat: RoutedRequest & {
       stop: body.stop_sequences ?? null,
       tools,
       toolChoice: tools.length === 0 && toolChoice !== 'none' ? null : toolChoice,
-      parallelToolCalls: choice?.disable_parallel_tool_use === true ? false : null
+      parallelToolCalls: choice?.disable_parallel_tool_use === true ? false : null,
+      thoughtTokens: thoughtTokensOf(body.thinking)
     },
     ignoredTools
   }
@@ -227,6 +239,10 @@ function assemble (events: ChatEvent[]): { content: MessageOut['content'], done:
       const last = content.at(-1)
       if (last?.type === 'text') last.text += event.text
       else if (event.text !== '') content.push({ type: 'text', text: event.text })
+    } else if (event.type === 'reasoning') {
+      const last = content.at(-1)
+      if (last?.type === 'thinking') last.thinking += event.text
+      else if (event.text !== '') content.push({ type: 'thinking', thinking: event.text, signature: '' })
     } else if (event.type === 'tool_call') {
       const block = { type: 'tool_use' as const, id: event.id, name: event.name, input: {} }
       content.push(block)
@@ -264,4 +280,11 @@ function stringField (block: Record<string, unknown>, field: string, where: stri
   const value = block[field]
   if (typeof value !== 'string') throw new InvalidInputError(`${where}.${field} must be a string`, `${where}.${field}`)
   return value
+}
+
+/** `thinking` as a thought budget: `enabled` its budget_tokens, `disabled` none, `adaptive` (or none given) the default. */
+function thoughtTokensOf (thinking: MessagesRequest['thinking']): number | null {
+  if (thinking == null || thinking.type === 'adaptive') return null
+  if (thinking.type === 'disabled') return 0
+  return thinking.budget_tokens ?? null
 }

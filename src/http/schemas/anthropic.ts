@@ -62,6 +62,8 @@ export type CountTokensRequest = z.infer<typeof CountTokensRequest>
 export const CountTokensResult = z.object({ input_tokens: z.number().int() })
 
 const TextBlockOut = z.object({ type: z.literal('text'), text: z.string() })
+/** A reasoning model's thought. `signature` is empty: nothing here signs thoughts, and none is checked when sent back. */
+const ThinkingBlockOut = z.object({ type: z.literal('thinking'), thinking: z.string(), signature: z.string() })
 const ToolUseBlockOut = z.object({ type: z.literal('tool_use'), id: z.string(), name: z.string(), input: z.record(z.string(), z.unknown()) })
 
 export const Usage = z.object({
@@ -79,7 +81,7 @@ export const MessageOut = z.object({
   type: z.literal('message'),
   role: z.literal('assistant'),
   model: z.string(),
-  content: z.array(z.union([TextBlockOut, ToolUseBlockOut])),
+  content: z.array(z.union([ThinkingBlockOut, TextBlockOut, ToolUseBlockOut])),
   stop_reason: StopReason,
   stop_sequence: z.string().nullable(),
   usage: Usage

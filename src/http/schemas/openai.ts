@@ -7,6 +7,12 @@ import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS
 // cannot honour are refused by the route, naming the parameter (CONTRACT §1).
 
 const ModelName = z.string().min(1).max(512)
+
+/** OpenAI's reasoning efforts, and the thought tokens each allows here (null: node-llama-cpp's default, a share of the context). */
+export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh'] as const
+export const THOUGHT_TOKENS_BY_EFFORT: Record<typeof REASONING_EFFORTS[number], number | null> = {
+  none: 0, minimal: 0, low: 1024, medium: 4096, high: null, xhigh: null
+}
 const TextPart = z.object({ type: z.literal('text'), text: z.string() })
 const OtherPart = z.looseObject({ type: z.string() })
 const Content = z.union([z.string(), z.array(z.union([TextPart, OtherPart]))])
@@ -24,7 +30,10 @@ export const ChatMessageIn = z.looseObject({
   /** Assistant messages: the calls it made. */
   tool_calls: z.array(ToolCallIn).max(MAX_TOOLS).nullish(),
   /** Tool messages: the call this is the result of. */
-  tool_call_id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).nullish()
+  tool_call_id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).nullish(),
+  /** Assistant messages: the thought of a reasoning model, sent back (clients use one name or the other). */
+  reasoning_content: z.string().nullish(),
+  reasoning: z.string().nullish()
 })
 
 const Tool = z.looseObject({
@@ -80,6 +89,7 @@ export const ChatCompletionRequest = z.looseObject({
   tools: z.array(Tool).max(MAX_TOOLS).nullish(),
   tool_choice: ToolChoice.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
+  reasoning_effort: z.enum(REASONING_EFFORTS).nullish().describe('a reasoning model\'s thought budget (docs/API.md, Reasoning models)'),
   // Parameters we cannot honour: accepted by the schema so that the route can name them in a clear 400.
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().nullish(),
@@ -119,7 +129,9 @@ export const ChatCompletion = z.object({
       role: z.literal('assistant'),
       content: z.string().nullable().describe('null when the answer is only tool calls'),
       refusal: z.null(),
-      tool_calls: z.array(ToolCallOut).optional()
+      tool_calls: z.array(ToolCallOut).optional(),
+      reasoning_content: z.string().optional().describe('a reasoning model\'s thought, apart from the answer'),
+      reasoning: z.string().optional().describe('the same thought, under the name other clients read')
     }),
     logprobs: z.null(),
     finish_reason: FinishReason
@@ -144,7 +156,7 @@ export interface ChatCompletionChunk {
   system_fingerprint: string | null
   choices: Array<{
     index: number
-    delta: { role?: 'assistant', content?: string, tool_calls?: ToolCallDelta[] }
+    delta: { role?: 'assistant', content?: string, reasoning_content?: string, reasoning?: string, tool_calls?: ToolCallDelta[] }
     logprobs: null
     finish_reason: z.infer<typeof FinishReason> | null
   }>
