@@ -11,10 +11,10 @@ import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
-import { Accelerator, LocalEngine, LocalRouter, defaultInferenceThreads, planGpu, type LocalModel, type LocalModels } from './inference/index.ts'
+import { Accelerator, LocalEngine, LocalRouter, aliasedRouter, aliasedTokenizer, defaultInferenceThreads, planGpu, type LocalModel, type LocalModels } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
-import { DemandDrivenModels, DemandTracker, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
+import { DemandDrivenModels, DemandTracker, ModelAliases, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
 import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_ADVERTISED_CERTIFICATES, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { ServingPolicy } from './serving/index.ts'
@@ -148,6 +148,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       local: localRouter, network, demand, settings, sameModel, log: log.child({ part: 'router' }),
       billing: { open: (request) => wallet.openInferenceCharge(request) }
     })
+    // Names clients insist on, standing for a model this node or a peer serves (the HTTP API resolves them)
+    const aliases = new ModelAliases({ db, known: (modelID) => router.models().some((model) => sameModel(model.modelID, modelID)) })
     const ptn = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
     await ptn.start()   // registers the PTN protocol, served once the network starts
     // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
@@ -201,8 +203,9 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       keys,
       sessions,
       metrics,
-      router,
-      tokenizer: localRouter,
+      router: aliasedRouter(router, aliases, sameModel),
+      tokenizer: aliasedTokenizer(localRouter, aliases),
+      aliases,
       responses: new StoredResponses({ db }),
       sameModel,
       peers: { network },

@@ -6,7 +6,7 @@ import type { Logger } from 'pino'
 import type { ChatRouter, LocalRouter } from '../inference/index.ts'
 import type { ApiKeys, Sessions } from '../keys/index.ts'
 import type { MetricsRegistry } from '../metrics/index.ts'
-import type { ModelStore } from '../models/index.ts'
+import type { ModelAliases, ModelStore } from '../models/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
 import { UnavailableError } from '../errors.ts'
 import { createServer as createHttpServer, type Server } from 'node:http'
@@ -75,6 +75,8 @@ export interface HttpDeps {
   tokenizer?: Pick<LocalRouter, 'tokenize' | 'detokenize' | 'countChatTokens'>
   /** Whether two model ids name the same model (the models domain's one matcher). Default: equal strings. */
   sameModel?: (a: string, b: string) => boolean
+  /** Names clients insist on, standing for models (`/v1/app/models/aliases`); absent only where a test builds the app without a node. */
+  aliases?: ModelAliases
   /** Responses kept for the Responses API (`/v1/responses`); absent only where a test builds the app without a node. */
   responses?: StoredResponses
   /** Called after an OpenAI request (chat, completion, embeddings) was served, with the model it named. */
@@ -217,7 +219,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   if (deps.wallet != null) await app.register(walletRoutes, deps.wallet)
   if (deps.ptn != null) await app.register(ptnRoutes, { ptn: deps.ptn })
   if (deps.models != null) {
-    await app.register(modelRoutes, { models: deps.models })
+    await app.register(modelRoutes, { models: deps.models, aliases: deps.aliases })
     await app.register(eventsRoutes, { models: deps.models, settings: deps.settings, ...deps.events })
   }
   if (deps.agent != null) await app.register(agentRoutes, { agent: deps.agent })

@@ -7,6 +7,8 @@ export type {
 } from './chat.ts'
 export { LocalRouter } from './local-router.ts'
 export type { LocalRouterDeps, LocalModel, LocalModels } from './local-router.ts'
+export { aliasedRouter, aliasedTokenizer } from './aliased-router.ts'
+export type { ModelAliasTable } from './aliased-router.ts'
 export { QueueFullError, NoModelLoadedError, ModelLoadError, ModelSwappedError, InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
 export { getSharedLlama, defaultInferenceThreads } from './llama.ts'
 export { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_LOGIT_BIAS, MAX_LOGIT_BIAS_ENTRIES } from './sampling.ts'

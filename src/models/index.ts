@@ -21,3 +21,5 @@ export { DemandTracker, DEMAND_HALF_LIFE_MS, MAX_DEMAND_ENTRIES } from './demand
 export type { DemandEntry } from './demand.ts'
 export { DemandDrivenModels, PEER_DEMAND_CAP } from './demand-driven-models.ts'
 export type { DemandDrivenModelsDeps, DemandDrivenModelsOptions, DemandDecision, OwnDemand, DemandPeers, ManagedModels } from './demand-driven-models.ts'
+export { ModelAliases, MAX_MODEL_ALIASES } from './aliases.ts'
+export type { ModelAlias, ModelAliasesDeps } from './aliases.ts'

@@ -190,5 +190,11 @@ export const MIGRATIONS: readonly string[] = [
      conversation TEXT NOT NULL,
      answer TEXT NOT NULL
    );
-   CREATE INDEX stored_responses_created ON stored_responses (created_at);`
+   CREATE INDEX stored_responses_created ON stored_responses (created_at);`,
+  // model aliases: a name a client insists on, standing for a model this node serves (models/aliases.ts)
+  `CREATE TABLE model_aliases (
+     alias TEXT PRIMARY KEY COLLATE NOCASE CHECK (length(alias) BETWEEN 1 AND 256),
+     model_id TEXT NOT NULL,
+     created_at TEXT NOT NULL
+   );`
 ]

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path'
 import type { Command } from 'commander'
 import type { ModelRecord } from '../../http/schemas/app.ts'
-import type { ModelList, ModelLoaded, ModelUnloaded } from '../../http/schemas/models.ts'
+import type { AliasList, ModelAlias, ModelList, ModelLoaded, ModelUnloaded } from '../../http/schemas/models.ts'
 import { download, shortBytes } from '../model-download.ts'
 import { formatTable, print } from '../output.ts'
 import { clientFor, withClientOptions } from './common.ts'
@@ -42,6 +42,30 @@ export function registerModels (program: Command): void {
       const { client, options } = clientFor(command)
       const loaded = await client.post<ModelLoaded>('/v1/app/models/load', { modelID })
       print(loaded, options.json, () => `Loaded ${loaded.modelID} (context ${loaded.contextLength} tokens)`)
+    })
+
+  withClientOptions(models.command('alias')
+    .argument('<alias>', 'the name a client sends (e.g. the model Claude Code or Codex asks for)')
+    .argument('<modelID>', 'a model this node or a peer serves')
+    .description('let requests that name <alias> be answered by <modelID>; `models aliases` lists them'))
+    .action(async (alias: string, modelID: string, _options, command: Command) => {
+      const { client, options } = clientFor(command)
+      const made = await client.post<ModelAlias>('/v1/app/models/alias', { alias, modelID })
+      print(made, options.json, () => `Requests for ${made.alias} are answered by ${made.modelID}`)
+    })
+
+  withClientOptions(models.command('unalias').argument('<alias>').description('remove an alias'))
+    .action(async (alias: string, _options, command: Command) => {
+      const { client, options } = clientFor(command)
+      const removed = await client.request<ModelAlias>('DELETE', `/v1/app/models/aliases/${encodeURIComponent(alias)}`)
+      print(removed, options.json, () => `Removed the alias ${removed.alias} (of ${removed.modelID})`)
+    })
+
+  withClientOptions(models.command('aliases').description('the names that stand for models'))
+    .action(async (_options, command: Command) => {
+      const { client, options } = clientFor(command)
+      const list = await client.get<AliasList>('/v1/app/models/aliases')
+      print(list, options.json, () => list.aliases.length === 0 ? 'No aliases. Make one with: meshnode models alias <alias> <modelID>' : formatTable(['alias', 'model'], list.aliases.map((a) => [a.alias, a.modelID])))
     })
 
   withClientOptions(models.command('unload').description('unload the loaded model and free its memory'))

@@ -1,16 +1,29 @@
 import type { FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
-import type { ModelStore } from '../../models/index.ts'
+import type { ModelAliases, ModelStore } from '../../models/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { ModelRecord } from '../schemas/app.ts'
-import { DownloadStarted, ImportBody, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
+import { AliasBody, AliasList, AliasParams, DownloadStarted, ImportBody, ModelAlias, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
 
 export interface ModelRoutesOptions {
   models: ModelStore
+  aliases?: ModelAliases
 }
 
-export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app, { models }) => {
+export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app, { models, aliases }) => {
   const tags = ['models']
+
+  if (aliases != null) {
+    app.get('/v1/app/models/aliases', { schema: { summary: 'Names that stand for models', tags, response: { 200: AliasList, ...errorResponses } } }, async () => {
+      return { aliases: aliases.list() }
+    })
+    app.post('/v1/app/models/alias', {
+      schema: { summary: 'Give a model a name a client insists on', tags, body: AliasBody, response: { 200: ModelAlias, ...errorResponses } }
+    }, async (request) => aliases.set(request.body.alias, request.body.modelID))
+    app.delete('/v1/app/models/aliases/:alias', {
+      schema: { summary: 'Remove an alias', tags, params: AliasParams, response: { 200: ModelAlias, ...errorResponses } }
+    }, async (request) => aliases.remove(request.params.alias))
+  }
 
   app.get('/v1/app/models', { schema: { summary: 'Models: catalog, downloaded, loaded', tags, response: { 200: ModelList, ...errorResponses } } }, async () => {
     return { models: models.list() }

@@ -45,3 +45,16 @@ export const ModelEvents = {
 } as const
 export type ModelEventName = keyof typeof ModelEvents
 export type ModelEventData<E extends ModelEventName> = z.infer<(typeof ModelEvents)[E]>
+
+export const ModelAlias = z.object({
+  alias: z.string().describe('the name a client sends'),
+  modelID: z.string().describe('the model it stands for')
+})
+export const AliasBody = withAliases(z.object({
+  alias: z.string().min(1).max(256),
+  modelID: z.string().min(1).max(256)
+}), SNAKE_ALIASES)
+export const AliasList = z.object({ aliases: z.array(ModelAlias) })
+export const AliasParams = z.object({ alias: z.string().min(1).max(256) })
+export type ModelAlias = z.infer<typeof ModelAlias>
+export type AliasList = z.infer<typeof AliasList>
