@@ -111,6 +111,9 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
     for (const key of CHECKED_ON_OUTPUT[type]) {
       if (s[key] !== undefined && (typeof s[key] !== 'number' || !Number.isFinite(s[key]))) throw invalid(`${path}.${key}`, 'must be a number')
     }
+    // An integer between near bounds is one of few values: the grammar names them all, and so enforces the bounds
+    const range = type === 'integer' ? integerRange(s, path) : null
+    if (range != null) return { enum: Array.from({ length: range.max - range.min + 1 }, (_, i) => range.min + i) }
     return { type }
   }
   if (type === 'string') {
@@ -121,6 +124,20 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
     return { type: 'string', ...pick(s, ['minLength', 'maxLength']), ...format } as GbnfJsonSchema
   }
   return { type: type as 'boolean' }
+}
+
+/** Integers in a range this short are written out in the grammar (`integerRange`). */
+export const MAX_ENUMERATED_INTEGERS = 256
+
+/** The bounds of an integer schema, when both are given and at most MAX_ENUMERATED_INTEGERS integers lie between. */
+function integerRange (s: SchemaObject, path: string): { min: number, max: number } | null {
+  const lows = [typeof s.minimum === 'number' ? Math.ceil(s.minimum) : null, typeof s.exclusiveMinimum === 'number' ? Math.floor(s.exclusiveMinimum) + 1 : null].filter((v) => v != null)
+  const highs = [typeof s.maximum === 'number' ? Math.floor(s.maximum) : null, typeof s.exclusiveMaximum === 'number' ? Math.ceil(s.exclusiveMaximum) - 1 : null].filter((v) => v != null)
+  if (lows.length === 0 || highs.length === 0) return null
+  const min = Math.max(...lows)
+  const max = Math.min(...highs)
+  if (max < min) throw invalid(path, `has no integer between its bounds (${min} to ${max})`)
+  return max - min < MAX_ENUMERATED_INTEGERS ? { min, max } : null
 }
 
 function convertObject (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {

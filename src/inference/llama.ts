@@ -71,7 +71,9 @@ function guardSampling (Sequence: LlamaModule['LlamaContextSequence']): void {
  * it is reached by its file, which is the module node-llama-cpp itself loaded; its grammar text is checked first,
  * and left alone if node-llama-cpp changed it.
  */
-const INTEGER_GRAMMAR = '"-"? ("0" | [1-9] [0-9]{0,15})'
+// At most 15 digits: every integer the grammar admits is a safe integer (below 2^53), so a schema bounded by the
+// safe-integer range, as zod writes every integer's, is held by the grammar itself
+const INTEGER_GRAMMAR = '"-"? ("0" | [1-9] [0-9]{0,14})'
 const NUMBER_GRAMMAR = `${INTEGER_GRAMMAR} ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?`
 
 async function boundNumberGrammar (): Promise<void> {

@@ -78,3 +78,12 @@ await test('bounds and patterns the grammar cannot express are checked on the ou
   ]
   for (const [change, message] of cases) assert.match(outputViolation(schema, { ...valid, ...change }, 'answer') ?? '', message)
 })
+
+await test('an integer between near bounds is written out, so the grammar itself holds it within them', () => {
+  assert.deepEqual(toGrammarSchema({ type: 'integer', minimum: 1, maximum: 5 }, 'schema'), { enum: [1, 2, 3, 4, 5] })
+  assert.deepEqual(toGrammarSchema({ type: 'integer', exclusiveMinimum: 0, exclusiveMaximum: 4 }, 'schema'), { enum: [1, 2, 3] })
+  // Far bounds (zod's safe-integer range) or one bound only: the integer grammar, checked on the output
+  assert.deepEqual(toGrammarSchema({ type: 'integer', minimum: -9007199254740991, maximum: 9007199254740991 }, 'schema'), { type: 'integer' })
+  assert.deepEqual(toGrammarSchema({ type: 'integer', minimum: 0 }, 'schema'), { type: 'integer' })
+  assert.throws(() => toGrammarSchema({ type: 'integer', minimum: 3, maximum: 2 }, 'schema'), (err: unknown) => err instanceof InvalidGenerationRequestError && err.param === 'schema')
+})
