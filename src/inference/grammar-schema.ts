@@ -16,7 +16,16 @@ const MAX_SCHEMA_DEPTH = 32 // deep enough for real schemas; bounds our recursio
 export const MAX_SCHEMA_LEAST_COUNT = 1000
 const PRIMITIVE_TYPES = new Set(['string', 'number', 'integer', 'boolean', 'null'])
 const TYPES = new Set([...PRIMITIVE_TYPES, 'object', 'array'])
+/** Formats node-llama-cpp's grammar writes out. */
 const STRING_FORMATS = new Set(['date-time', 'time', 'date'])
+/** Formats no grammar here writes, checked on the output instead (as CHECKED_ON_OUTPUT); any other format is refused. */
+const FORMATS_CHECKED_ON_OUTPUT: Record<string, RegExp> = {
+  email: /^[^\s@]+@[^\s@]+\.[^\s@]+$/u,
+  uuid: /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i,
+  uri: /^[a-z][a-z0-9+.-]*:[^\s]*$/i,
+  hostname: /^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/i,
+  ipv4: /^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/
+}
 // Keywords that only describe; dropping them cannot make valid output invalid.
 const ANNOTATIONS = new Set([
   '$schema', '$id', '$comment', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly'
@@ -119,7 +128,11 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
   if (type === 'string') {
     checkCount(s, path, ['minLength', 'maxLength'])
     if (s.pattern !== undefined) compilePattern(s.pattern, `${path}.pattern`)
-    // `format` is an annotation in JSON Schema 2020-12: we enforce the ones the grammar knows and drop the rest
+    // `format`: the grammar writes out the ones it knows, the output is checked for a few common others, and any other
+    // is refused: a format accepted and not held would be a promise broken
+    if (s.format !== undefined && !(typeof s.format === 'string' && (STRING_FORMATS.has(s.format) || Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, s.format)))) {
+      throw invalid(`${path}.format`, `is not one of the formats held here (${[...STRING_FORMATS, ...Object.keys(FORMATS_CHECKED_ON_OUTPUT)].join(', ')})`)
+    }
     const format = typeof s.format === 'string' && STRING_FORMATS.has(s.format) ? { format: s.format } : { }
     return { type: 'string', ...pick(s, ['minLength', 'maxLength']), ...format } as GbnfJsonSchema
   }
@@ -258,6 +271,8 @@ function violation (schema: unknown, value: unknown, at: string, defs: SchemaObj
   }
   if (typeof value === 'string') {
     if (typeof schema.pattern === 'string' && !compilePattern(schema.pattern, `${at}.pattern`).test(value)) return `${at} does not match the pattern ${schema.pattern}`
+    const format = typeof schema.format === 'string' && Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, schema.format) ? FORMATS_CHECKED_ON_OUTPUT[schema.format] : null
+    if (format != null && !format.test(value)) return `${at} is not a valid ${String(schema.format)}`
     return null
   }
   if (Array.isArray(value)) {

@@ -87,3 +87,13 @@ await test('an integer between near bounds is written out, so the grammar itself
   assert.deepEqual(toGrammarSchema({ type: 'integer', minimum: 0 }, 'schema'), { type: 'integer' })
   assert.throws(() => toGrammarSchema({ type: 'integer', minimum: 3, maximum: 2 }, 'schema'), (err: unknown) => err instanceof InvalidGenerationRequestError && err.param === 'schema')
 })
+
+await test('string formats: the grammar writes dates, the output is checked for email, uuid, uri, hostname and ipv4, any other is refused', () => {
+  assert.deepEqual(toGrammarSchema({ type: 'string', format: 'date' }, 'schema'), { type: 'string', format: 'date' })
+  const schema = { type: 'object', properties: { mail: { type: 'string', format: 'email' }, id: { type: 'string', format: 'uuid' }, link: { type: 'string', format: 'uri' } } }
+  assert.deepEqual(toGrammarSchema(schema, 'schema'), { type: 'object', properties: { mail: { type: 'string' }, id: { type: 'string' }, link: { type: 'string' } }, additionalProperties: false })
+  assert.equal(outputViolation(schema, { mail: 'a@b.co', id: '123e4567-e89b-12d3-a456-426614174000', link: 'https://x.example/y' }), null)
+  assert.match(outputViolation(schema, { mail: 'nobody' }, 'answer') ?? '', /answer\.mail is not a valid email/)
+  assert.match(outputViolation(schema, { id: 'x' }, 'answer') ?? '', /answer\.id is not a valid uuid/)
+  assert.throws(() => toGrammarSchema({ type: 'string', format: 'iri-reference' }, 'schema'), (err: unknown) => err instanceof InvalidGenerationRequestError && err.param === 'schema.format')
+})
