@@ -90,6 +90,17 @@ export function fieldError (error: unknown, field: string): string | null {
   return error instanceof ApiError && error.param === field ? error.message : null
 }
 
+/**
+ * A message that may name something to type (a command, a setting's value) between backticks: those parts are shown
+ * as code, never as literal backticks. Messages keep the markup so both languages mark the same words.
+ */
+export function RichText ({ text }: { text: string }): JSX.Element {
+  const parts = text.split('`')
+  // An odd number of backticks leaves the last one unpaired: it is shown as it is rather than opening code forever
+  const paired = parts.length % 2 === 1 ? parts : [...parts.slice(0, -2), `${parts[parts.length - 2]}\`${parts[parts.length - 1]}`]
+  return <>{paired.map((part, i) => i % 2 === 1 ? <code key={i}>{part}</code> : part)}</>
+}
+
 /** A labelled input with its hint and its error from the node, tied together for assistive technology. */
 export function Field ({ label, hint, error, children }: {
   label: string
@@ -105,7 +116,7 @@ export function Field ({ label, hint, error, children }: {
     <div class={`field${error != null ? ' invalid' : ''}`}>
       <label for={id}>{label}</label>
       {children({ id, describedBy: describedBy === '' ? undefined : describedBy, invalid: error != null })}
-      {hint != null && <small id={hintID} class='hint'>{hint}</small>}
+      {hint != null && <small id={hintID} class='hint'><RichText text={hint} /></small>}
       {error != null && <small id={errorID} class='field-error'>{error}</small>}
     </div>
   )

@@ -11,6 +11,7 @@ import { startFakeHub } from '../support/fake-hub.ts'
 import { startTestRelay, startWanNode, waitForPeers } from '../support/network.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
+import { formatBytes } from '../../dashboard/src/format.ts'
 
 const skip = NO_CHROMIUM
 let browser: Browser
@@ -21,6 +22,19 @@ after(async () => { await browser?.close() })
 async function visit (page: Page, node: TestNode, route: string, heading: string | RegExp): Promise<void> {
   await page.goto(`${node.node.url}/#/${route}`)
   await page.getByRole('heading', { level: 1, name: heading }).waitFor()
+}
+
+/** What a value that was not turned into words reads as on the page: `[object Object]`, `undefined`, `NaN`. */
+async function unreadable (page: Page): Promise<string[]> {
+  return (await page.locator('body').innerText()).match(/\[object \w+\]|\bundefined\b|\bNaN\b/g) ?? []
+}
+
+/** The settings page shows no literal backtick; the value a hint names (`peers`) shows as code in that field's hint. */
+async function backtickFree (page: Page, backendLabel: string): Promise<void> {
+  await page.getByLabel(backendLabel).waitFor()
+  assert.ok(!(await page.locator('body').innerText()).includes('`'), 'no literal backtick')
+  const hintID = await page.getByLabel(backendLabel).getAttribute('aria-describedby')
+  assert.equal(await page.locator(`[id="${hintID}"] code`).textContent(), 'peers')
 }
 
 async function shot (t: TestContext, page: Page, name: string): Promise<void> {
@@ -53,10 +67,38 @@ test('the overview shows the node; every page passes axe (no serious violation) 
       await page.getByRole('heading', { name: 'Manage lab' }).waitFor()
     }
     if (route === 'settings') await page.getByLabel('Language').waitFor()
+    assert.deepEqual(await unreadable(page), [], `every value on ${route} reads as words`)
     const violations = await seriousA11yViolations(page)
     assert.deepEqual(violations.map((v) => `${v.id}: ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`), [], `axe on ${route}`)
     assert.deepEqual(await unreachableByKeyboard(page), [], `keyboard on ${route}`)
   }
+})
+
+test('the overview puts every field of the node\'s own /v1/app into words: hardware, what models run on, the loaded model', { skip }, async (t) => {
+  const files = await tempDir(t, 'meshnode-model-')
+  const { path } = await writeTinyGguf(join(files, 'tiny.gguf'), { seed: 7 })
+  const node = await startTestNode(t, { name: 'overview-node' })
+  await node.node.engine.load('tiny-chat', path)
+  // The GPU is decided once llama.cpp has started (the model load above starts it)
+  const app = await waitFor(async () => {
+    const body = (await node.api.get('/v1/app')).body
+    return body.hardware.gpu.backend != null && body.model?.status === 'loaded' ? body : false
+  }, { what: 'the GPU decided and the model loaded' })
+  const { page } = await openPage(t, browser)
+  await visit(page, node, 'overview', 'Overview')
+  await page.getByText('tiny-chat (Loaded').waitFor()
+
+  assert.deepEqual(await unreadable(page), [])
+  const { cpu, cores, memoryGB, gpu } = app.hardware
+  assert.equal(await page.getByTestId('overview-hardware').textContent(), `${cpu}, ${cores} cores, ${memoryGB} GB memory`)
+  // Whatever this machine runs on, the cell names the backend, each device and the reason, as words
+  const runsOn = (await page.getByTestId('overview-runs-on').textContent()) ?? ''
+  const backendName: Record<string, string> = { cpu: 'CPU', cuda: 'CUDA', vulkan: 'Vulkan', metal: 'Metal' }
+  assert.ok(runsOn.startsWith(backendName[gpu.backend]), `${runsOn} starts with ${gpu.backend}`)
+  for (const part of [...gpu.devices, ...(gpu.reason == null ? [] : [gpu.reason])]) assert.ok(runsOn.includes(part), `${runsOn} names ${part}`)
+  if (gpu.detected != null) await page.getByText(gpu.detected, { exact: true }).waitFor()
+  const facts = await page.getByTestId('overview').locator('dd').allTextContents()
+  assert.ok(facts.every((fact) => fact.trim() !== ''), `no empty value: ${JSON.stringify(facts)}`)
 })
 
 test('a download shows a moving progress bar, then downloaded; load; the chat streams an answer, says who answered, and stops', { skip }, async (t) => {
@@ -153,6 +195,31 @@ test('a GGUF file on the node\'s disk is imported from the Models page; a bad pa
   assert.equal((await node.api.get('/v1/app')).body.model.modelID, 'my-tiny')
 })
 
+test('the storage figure counts what max_storage_gb counts: downloaded models, not imported files, which are named apart', { skip }, async (t) => {
+  const files = await tempDir(t, 'meshnode-hub-files-')
+  const downloaded = await writeTinyGguf(join(files, 'tiny.gguf'), { seed: 7 })
+  const imported = await writeTinyGguf(join(files, 'mine.gguf'), { seed: 3 })
+  const hub = await startFakeHub()
+  t.after(() => hub.close())
+  await hub.addFile('meshnode-test/tiny-GGUF', 'tiny.gguf', downloaded.path)
+  const node = await startTestNode(t, { hfEndpoint: hub.url })
+  const modelID = 'hf.co/meshnode-test/tiny-GGUF/tiny.gguf'
+  assert.equal((await node.api.post('/v1/app/models/download', { modelID })).status, 200)
+  await waitFor(async () => (await node.api.get('/v1/app/models')).body.models.some((m: { modelID: string, status: string }) => m.modelID === modelID && m.status === 'downloaded'),
+    { what: 'the download to finish' })
+  assert.equal((await node.api.post('/v1/app/models/import', { path: imported.path })).status, 200)
+  const records = (await node.api.get('/v1/app/models')).body.models as Array<{ modelID: string, source: string, sizeBytes: number }>
+  assert.equal(records.find((m) => m.source.startsWith('file:'))?.sizeBytes, imported.sizeBytes)
+
+  const { page } = await openPage(t, browser)
+  await visit(page, node, 'models', 'Models')
+  await page.locator('tr[data-model-id="mine"]').waitFor()
+  assert.equal(await page.getByTestId('storage-used').textContent(), `${formatBytes(downloaded.sizeBytes)} of ${formatBytes(50e9)} used by downloaded models`)
+  assert.equal(await page.getByRole('meter').evaluate((el) => (el as HTMLMeterElement).value), downloaded.sizeBytes)
+  assert.equal(await page.getByTestId('storage-imported').textContent(),
+    `Imported files (${formatBytes(imported.sizeBytes)}) stay where they are and do not count against this limit.`)
+})
+
 test('a new API key is shown once, then only masked; nothing lands in the page\'s storage', { skip }, async (t) => {
   const node = await startTestNode(t)
   const { page } = await openPage(t, browser)
@@ -162,6 +229,7 @@ test('a new API key is shown once, then only masked; nothing lands in the page\'
   const key = (await page.getByTestId('new-key-value').textContent()) ?? ''
   assert.match(key, /^mn_[A-Za-z0-9_-]{43}$/)
   assert.equal((await node.api.get('/v1/app/session', { authorization: `Bearer ${key}` })).status, 200)
+  assert.equal((await node.api.get('/v1/app/apikeys')).body.keys[0].scope, 'inference', 'the form\'s default scope')
   await page.getByRole('button', { name: 'Copy key' }).click()
   await page.getByRole('button', { name: 'Copied' }).waitFor()
   assert.equal(await page.evaluate(async () => await navigator.clipboard.readText()), key)
@@ -184,14 +252,47 @@ test('a new API key is shown once, then only masked; nothing lands in the page\'
   assert.equal((await node.api.get('/v1/app/apikeys')).body.keys[0].status, 'revoked')
 })
 
+test('a key\'s scope is chosen when it is made, inference first, each explained; the list shows it, as the node records it', { skip }, async (t) => {
+  const node = await startTestNode(t)
+  const { page } = await openPage(t, browser)
+  await visit(page, node, 'keys', 'API keys')
+  const scopes = page.getByRole('group', { name: 'Scope' })
+  assert.deepEqual(await scopes.getByRole('radio').evaluateAll((radios) => radios.map((r) => (r as HTMLInputElement).value)), ['inference', 'admin'])
+  assert.equal(await scopes.getByRole('radio', { name: 'Inference' }).isChecked(), true)
+  assert.equal(await scopes.getByRole('radio', { name: 'Admin' }).isChecked(), false)
+  // Each choice carries its one-line explanation as its description, for screen readers too
+  assert.match(await scopes.getByRole('radio', { name: 'Inference' }).evaluate((r) => document.getElementById(r.getAttribute('aria-describedby') ?? '')?.textContent ?? ''), /OpenAI-compatible API only/)
+  assert.match(await scopes.getByRole('radio', { name: 'Admin' }).evaluate((r) => document.getElementById(r.getAttribute('aria-describedby') ?? '')?.textContent ?? ''), /Full control/)
+
+  const made: Record<string, string> = {}
+  for (const [name, scope, label] of [['chat-app', 'inference', 'Inference'], ['ops', 'admin', 'Admin']]) {
+    await page.getByLabel('Name').fill(name)
+    await scopes.getByRole('radio', { name: label }).check()
+    await page.getByRole('button', { name: 'Generate' }).click()
+    await page.getByTestId('new-key').getByText(`The key "${name}"`).waitFor()
+    made[name] = scope
+    await waitFor(async () => await page.locator('tr', { hasText: name }).getByTestId('key-scope').textContent() === label, { what: `${name} listed as ${label}` })
+    // The form offers inference again for the next key
+    assert.equal(await scopes.getByRole('radio', { name: 'Inference' }).isChecked(), true)
+  }
+  const listed = (await node.api.get('/v1/app/apikeys')).body.keys as Array<{ name: string, scope: string }>
+  assert.deepEqual(Object.fromEntries(listed.map((k) => [k.name, k.scope])), made)
+  await page.reload()
+  await page.getByTestId('keys-table').waitFor()
+  assert.deepEqual(await page.getByTestId('key-scope').allTextContents(), listed.map((k) => k.scope === 'admin' ? 'Admin' : 'Inference'))
+  await shot(t, page, 'keys')
+})
+
 test('switching language to zh changes the visible text; a bad setting shows the API\'s own message at its field', { skip }, async (t) => {
   const node = await startTestNode(t)
   const { page } = await openPage(t, browser)
   await visit(page, node, 'settings', 'Settings')
   assert.equal(await page.getByRole('link', { name: 'Overview' }).count(), 1)
+  await backtickFree(page, 'Inference backend')
   await page.getByLabel('Language').selectOption('zh')
   await page.getByRole('button', { name: 'Save' }).click()
   await page.getByRole('heading', { level: 1, name: '设置' }).waitFor()
+  await backtickFree(page, '推理后端')
   assert.equal(await page.getByRole('link', { name: '概览' }).count(), 1)
   assert.equal(await page.getByRole('link', { name: 'Overview' }).count(), 0)
   assert.equal(await page.evaluate(() => document.documentElement.lang), 'zh')
@@ -226,6 +327,8 @@ test('with network access on, the page asks for a key; `meshnode dashboard`\'s l
   await page.goto(node.node.url)
   await page.getByRole('heading', { name: 'Sign in to meshnode' }).waitFor()
   assert.deepEqual(await seriousA11yViolations(page), [])
+  assert.ok(!(await page.locator('body').innerText()).includes('`'), 'no literal backtick')
+  await page.locator('main p code', { hasText: 'meshnode dashboard' }).waitFor()
   await page.getByLabel('API key').fill('mn_wrong')
   await page.getByRole('button', { name: 'Sign in' }).click()
   await page.getByRole('alert').getByText('Invalid or revoked API key').waitFor()

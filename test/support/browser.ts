@@ -75,7 +75,8 @@ export async function seriousA11yViolations (page: Page): Promise<AxeViolation[]
 
 /**
  * Presses Tab until focus comes back round (or `limit` presses) and returns the controls that were never focused:
- * every enabled button, link, input, select and textarea that is visible must be reachable by keyboard.
+ * every enabled button, link, input, select and textarea that is visible must be reachable by keyboard. A group of
+ * radio buttons is one stop, as browsers make it (Tab reaches the checked one, the arrow keys the others).
  */
 export async function unreachableByKeyboard (page: Page, limit = 300): Promise<string[]> {
   await page.evaluate(() => {
@@ -94,10 +95,18 @@ export async function unreachableByKeyboard (page: Page, limit = 300): Promise<s
   }
   return await page.evaluate((reached) => {
     const missed: string[] = []
+    const radioGroup = (element: HTMLElement): string | null =>
+      element instanceof HTMLInputElement && element.type === 'radio' && element.name !== '' ? element.name : null
+    const reachedGroups = new Set<string>()
+    for (const element of document.querySelectorAll<HTMLElement>('[data-kbd]')) {
+      const group = radioGroup(element)
+      if (group != null && reached.includes(element.dataset.kbd ?? '')) reachedGroups.add(group)
+    }
     for (const element of document.querySelectorAll<HTMLElement>('[data-kbd]')) {
       const disabled = (element as HTMLButtonElement).disabled === true || element.getAttribute('tabindex') === '-1'
       const visible = element.getClientRects().length > 0 && getComputedStyle(element).visibility !== 'hidden'
-      if (!disabled && visible && !reached.includes(element.dataset.kbd ?? '')) {
+      const group = radioGroup(element)
+      if (!disabled && visible && !reached.includes(element.dataset.kbd ?? '') && (group == null || !reachedGroups.has(group))) {
         missed.push(`${element.tagName.toLowerCase()} "${(element.textContent ?? '').trim().slice(0, 40) || element.getAttribute('aria-label') || element.id}"`)
       }
     }

@@ -1,4 +1,5 @@
-// English: the complete set, and the fallback for every string another language lacks. `{name}` is a placeholder.
+// English: the complete set, and the fallback for every string another language lacks. `{name}` is a placeholder;
+// words between backticks (a command, a value to type) are shown as code where the page renders them with RichText.
 export const en = {
   'nav.label': 'Sections',
   'nav.skip': 'Skip to content',
@@ -45,10 +46,19 @@ export const en = {
   'overview.uptime': 'Uptime',
   'overview.hardware': 'Hardware',
   'overview.hardwareValue': '{cpu}, {cores} cores, {memory} GB memory',
+  'overview.runsOn': 'Models run on',
+  'overview.gpuDeciding': 'Not decided yet (GPU setting: {requested})',
+  'overview.vram': '{total} VRAM, {free} free',
+  'overview.gpuSeen': 'GPU in this machine',
+  'overview.gpuLayers': '{layers} of {total} layers on {backend}',
   'overview.model': 'Loaded model',
   'overview.noModel': 'None',
   'overview.peers': 'Peers',
   'overview.peersValue': '{lan} on the LAN, {wan} over WAN',
+  'overview.reachability': 'Reachable from the internet',
+  'overview.reachabilityPublic': 'Yes, peers can dial it directly',
+  'overview.reachabilityPrivate': 'No, behind NAT: peers reach it through the relay',
+  'overview.reachabilityUnknown': 'Not known yet',
   'overview.balance': 'Balance (credits)',
   'overview.ptn': 'Private network memberships',
   'overview.networkAccess': 'Network access',
@@ -58,6 +68,7 @@ export const en = {
 
   'models.storage': 'Storage',
   'models.storageValue': '{used} of {max} used by downloaded models',
+  'models.storageImported': 'Imported files ({size}) stay where they are and do not count against this limit.',
   'models.list': 'Catalog and downloaded models',
   'models.model': 'Model',
   'models.params': 'Parameters',
@@ -194,6 +205,11 @@ export const en = {
   'keys.generate': 'Generate a key',
   'keys.name': 'Name',
   'keys.generateButton': 'Generate',
+  'keys.scope': 'Scope',
+  'keys.scopeInference': 'Inference',
+  'keys.scopeInferenceHint': 'For apps: the OpenAI-compatible API only (chat, completions, models).',
+  'keys.scopeAdmin': 'Admin',
+  'keys.scopeAdminHint': 'Full control of this node: settings, models, wallet, keys. Keep it to yourself.',
   'keys.shownOnce': 'The key "{name}" is shown only this once. Copy it now: later only its masked form is listed.',
   'keys.copyKey': 'Copy key',
   'keys.done': 'Done, hide it',

@@ -1,5 +1,5 @@
 // Models: the catalog and what is here, downloads with live progress (bytes, rate, ETA), load and unload, a file
-// already on disk imported, and the storage used against max_storage_gb.
+// already on disk imported, and the storage downloads use against max_storage_gb.
 import type { JSX } from 'preact'
 import { useCallback, useEffect, useState } from 'preact/hooks'
 import type { ModelRecord } from '../../../src/http/schemas/app.ts'
@@ -20,6 +20,11 @@ const STATUS_KEYS: Record<ModelRecord['status'], MessageKey> = {
   downloaded: 'status.downloaded',
   loaded: 'status.loaded',
   failed: 'status.failed'
+}
+
+/** A GGUF file registered where it lies on the node's disk, not downloaded. */
+function isImported (model: ModelRecord): boolean {
+  return model.source.startsWith('file:')
 }
 
 export function ModelsPage ({ snapshot, refresh }: PageProps): JSX.Element {
@@ -59,14 +64,20 @@ export function ModelsPage ({ snapshot, refresh }: PageProps): JSX.Element {
     })
   }
 
-  const usedBytes = models.filter((m) => m.status === 'downloaded' || m.status === 'loaded').reduce((sum, m) => sum + (m.sizeBytes ?? 0), 0)
+  // As the node's storage budget counts: models downloaded from the hub. An imported file (`source: "file:…"`) stays
+  // where it was, is never evicted and does not count against max_storage_gb; it is named apart so the figures add up.
+  const here = models.filter((m) => m.status === 'downloaded' || m.status === 'loaded')
+  const bytesOf = (list: ModelRecord[]): number => list.reduce((sum, m) => sum + (m.sizeBytes ?? 0), 0)
+  const usedBytes = bytesOf(here.filter((m) => !isImported(m)))
+  const importedBytes = bytesOf(here.filter(isImported))
   const budgetBytes = snapshot.settings.max_storage_gb * 1e9
 
   return (
     <>
       <Section title={t('models.storage')}>
-        <p id='storage-label'>{t('models.storageValue', { used: formatBytes(usedBytes), max: formatBytes(budgetBytes) })}</p>
+        <p id='storage-label' data-testid='storage-used'>{t('models.storageValue', { used: formatBytes(usedBytes), max: formatBytes(budgetBytes) })}</p>
         <meter aria-labelledby='storage-label' min={0} max={budgetBytes} value={Math.min(usedBytes, budgetBytes)} high={budgetBytes * 0.9} />
+        {importedBytes > 0 && <p class='muted' data-testid='storage-imported'>{t('models.storageImported', { size: formatBytes(importedBytes) })}</p>}
       </Section>
       <Section title={t('models.list')}>
         <ErrorText error={action.error ?? loadError} />

@@ -3,7 +3,7 @@
 import type { JSX } from 'preact'
 import { useState } from 'preact/hooks'
 import { post } from '../api.ts'
-import { ErrorText, Field, useAction } from '../components.tsx'
+import { ErrorText, Field, RichText, useAction } from '../components.tsx'
 import { useT } from '../i18n.ts'
 
 export function SignInPage ({ onSignedIn }: { onSignedIn: () => void }): JSX.Element {
@@ -27,8 +27,8 @@ export function SignInPage ({ onSignedIn }: { onSignedIn: () => void }): JSX.Ele
     <main id='main' class='center'>
       <form class='card sign-in' onSubmit={submit}>
         <h1>{t('signIn.title')}</h1>
-        <p>{t('signIn.intro')}</p>
-        {linkExpired && <p class='error' role='alert'>{t('signIn.linkExpired')}</p>}
+        <p><RichText text={t('signIn.intro')} /></p>
+        {linkExpired && <p class='error' role='alert'><RichText text={t('signIn.linkExpired')} /></p>}
         <Field label={t('signIn.apiKey')} hint={t('signIn.hint')}>
           {({ id, describedBy }) => (
             <input id={id} type='password' autocomplete='off' spellcheck={false} required value={key} aria-describedby={describedBy}
