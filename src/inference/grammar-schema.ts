@@ -123,6 +123,8 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
     // An integer between near bounds is one of few values: the grammar names them all, and so enforces the bounds
     const range = type === 'integer' ? integerRange(s, path) : null
     if (range != null) return { enum: Array.from({ length: range.max - range.min + 1 }, (_, i) => range.min + i) }
+    const grid = type === 'number' ? numberGrid(s, path) : null
+    if (grid != null) return { enum: grid }
     return { type }
   }
   if (type === 'string') {
@@ -151,6 +153,34 @@ function integerRange (s: SchemaObject, path: string): { min: number, max: numbe
   const max = Math.min(...highs)
   if (max < min) throw invalid(path, `has no integer between its bounds (${min} to ${max})`)
   return max - min < MAX_ENUMERATED_INTEGERS ? { min, max } : null
+}
+
+/** Most values a bounded number is written out as (`numberGrid`). */
+export const MAX_NUMBER_GRID = 201
+
+/**
+ * A number between two finite bounds (a score from 0 to 1, a temperature from -50 to 50) as the evenly spaced values
+ * between them, on the coarsest power-of-ten step that gives at least 100 of them (0 to 1: 0, 0.01, … 1), so the
+ * grammar itself holds the bounds. The answer is then one of those values: a number finer than the step cannot be
+ * given. Null for a number with one bound or none, checked on the output instead.
+ */
+function numberGrid (s: SchemaObject, path: string): number[] | null {
+  const low = typeof s.exclusiveMinimum === 'number' ? { value: s.exclusiveMinimum, open: true } : typeof s.minimum === 'number' ? { value: s.minimum, open: false } : null
+  const high = typeof s.exclusiveMaximum === 'number' ? { value: s.exclusiveMaximum, open: true } : typeof s.maximum === 'number' ? { value: s.maximum, open: false } : null
+  if (low == null || high == null || Math.abs(low.value) >= Number.MAX_SAFE_INTEGER || Math.abs(high.value) >= Number.MAX_SAFE_INTEGER) return null
+  if (high.value < low.value || (high.value === low.value && (low.open || high.open))) throw invalid(path, `has no number between its bounds (${low.value} to ${high.value})`)
+  const exponent = Math.floor(Math.log10(Math.max(high.value - low.value, Number.MIN_VALUE) / 100))
+  const step = 10 ** exponent
+  const decimals = Math.max(0, -exponent)
+  const round = (value: number): number => Number(value.toFixed(decimals))
+  const values: number[] = []
+  for (let i = Math.ceil(low.value / step - 1e-9); values.length <= MAX_NUMBER_GRID; i++) {
+    const value = round(i * step)
+    if (value > high.value || (high.open && value >= high.value)) break
+    if (value < low.value || (low.open && value <= low.value)) continue
+    values.push(value)
+  }
+  return values.length > 0 && values.length <= MAX_NUMBER_GRID ? values : null
 }
 
 function convertObject (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {

@@ -1,5 +1,5 @@
 // The JSON Schemas frameworks actually send, from their zod schemas: zod 4 writes the safe-integer range on every
-// integer, and a bounded integer has both bounds. LangChain's withStructuredOutput and the AI SDK's generateObject
+// integer, and a bounded integer or number has both bounds. LangChain's withStructuredOutput and the AI SDK's generateObject
 // (through its OpenAI-compatible provider, and through @ai-sdk/openai's default, the Responses API) get objects
 // that hold to the schema, bounds included.
 import { test } from 'node:test'
@@ -15,12 +15,14 @@ const Review = z.object({
   title: z.enum(['good', 'bad']),
   count: z.number().int(),
   stars: z.number().int().min(1).max(5),
+  confidence: z.number().min(0).max(1),
   recommended: z.boolean()
 })
 
 function assertReview (value: unknown): void {
   const review = Review.parse(value) // throws on anything the schema refuses, bounds included
   assert.ok(review.stars >= 1 && review.stars <= 5)
+  assert.ok(review.confidence >= 0 && review.confidence <= 1)
 }
 
 test('AI SDK generateObject (chat completions and the Responses API) and LangChain withStructuredOutput hold to zod schemas with integers and bounds', async (t) => {

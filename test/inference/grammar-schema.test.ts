@@ -97,3 +97,15 @@ await test('string formats: the grammar writes dates, the output is checked for 
   assert.match(outputViolation(schema, { id: 'x' }, 'answer') ?? '', /answer\.id is not a valid uuid/)
   assert.throws(() => toGrammarSchema({ type: 'string', format: 'iri-reference' }, 'schema'), (err: unknown) => err instanceof InvalidGenerationRequestError && err.param === 'schema.format')
 })
+
+await test('a number between two bounds is written out on a grid of at least 100 steps, so the grammar holds the bounds', () => {
+  const unit = toGrammarSchema({ type: 'number', minimum: 0, maximum: 1 }, 'schema') as { enum: number[] }
+  assert.equal(unit.enum.length, 101)
+  assert.deepEqual([unit.enum[0], unit.enum[1], unit.enum[55], unit.enum.at(-1)], [0, 0.01, 0.55, 1])
+  const open = toGrammarSchema({ type: 'number', exclusiveMinimum: 0, exclusiveMaximum: 10 }, 'schema') as { enum: number[] }
+  assert.deepEqual([open.enum[0], open.enum.at(-1), open.enum.length], [0.1, 9.9, 99])
+  const wide = toGrammarSchema({ type: 'number', minimum: -50, maximum: 150 }, 'schema') as { enum: number[] }
+  assert.deepEqual([wide.enum[0], wide.enum[1], wide.enum.at(-1), wide.enum.length], [-50, -49, 150, 201])
+  assert.deepEqual(toGrammarSchema({ type: 'number', minimum: 0 }, 'schema'), { type: 'number' })
+  assert.throws(() => toGrammarSchema({ type: 'number', minimum: 1, exclusiveMaximum: 1 }, 'schema'), InvalidGenerationRequestError)
+})
