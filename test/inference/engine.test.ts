@@ -147,7 +147,7 @@ await test('requests the engine cannot serve as asked are refused before they ta
     [{ ...HELLO, temperature: 3 }, 'temperature'],
     [{ ...HELLO, maxTokens: 0 }, 'maxTokens'],
     [{ ...HELLO, stop: [''] }, 'stop'],
-    [{ ...HELLO, responseFormat: { type: 'json_schema', schema: { type: 'string', pattern: '^a+$' } } }, 'responseFormat.json_schema.schema.pattern'],
+    [{ ...HELLO, responseFormat: { type: 'json_schema', schema: { type: 'string', pattern: '^(a+)+$' } } }, 'responseFormat.json_schema.schema.pattern'],
     [{ ...HELLO, responseFormat: { type: 'json_schema', schema: { type: 'banana' } } }, 'responseFormat.json_schema.schema.type'],
     [{ messages: [{ role: 'user', content: 'hello '.repeat(TINY_GGUF_CONTEXT_LENGTH) }] }, 'messages']
   ]
