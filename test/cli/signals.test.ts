@@ -106,6 +106,14 @@ test(`package.json's engines admit the system Node (${systemNodeVersion}) the la
   assert.ok(Number(systemNodeVersion.slice(1).split('.')[0]) >= Number(floor[1]))
 })
 
+test('npx meshnode prints what the command prints and nothing else (no engine warning)', { skip: systemExecutable('npx') == null ? 'no npx on PATH' : false }, () => {
+  const npx = systemExecutable('npx') as string
+  const result = spawnSync(npx, ['meshnode', '--version'], { encoding: 'utf8', cwd: join(import.meta.dirname, '..', '..'), env: { ...process.env, npm_config_update_notifier: 'false' } })
+  assert.equal(result.status, 0, result.stderr)
+  assert.equal(result.stdout.trim(), JSON.parse(readFileSync(join(import.meta.dirname, '..', '..', 'package.json'), 'utf8')).version)
+  assert.equal(result.stderr, '', 'npm warned')
+})
+
 test('the node stops by itself when its launcher is killed outright', async (t) => {
   const { proc, dataDir } = await launch(t, [systemNode, BIN, 'serve'])
   proc.child.kill('SIGKILL')
