@@ -23,7 +23,7 @@ async function run (command: string, args: string[], cwd: string): Promise<void>
 
 /**
  * How llama-server is built. `native`: for this machine's CPU (`-DGGML_NATIVE=ON`), llama.cpp's fastest build here and
- * the comparison the issue asks for. `release`: as llama.cpp's release binaries and node-llama-cpp's prebuilt ones are
+ * the target comparison. `release`: as llama.cpp's release binaries and node-llama-cpp's prebuilt ones are
  * built (`GGML_NATIVE=OFF`, every x86/ARM CPU variant as a loadable backend, the best one picked at start), so both
  * engines run kernels from the same source (compiled by this machine's compiler, not node-llama-cpp's).
  * `prebuilt`: the release build's llama-server with node-llama-cpp's own prebuilt ggml libraries (base and every CPU

@@ -1,8 +1,8 @@
 // `npm run bench:network-scale [-- N...]`: N network-layer nodes (test/support/light-network.ts: a real PeerNetwork
 // each, a stand-in engine behind the real infer protocol and router) on loopback, spread over child processes of 25
 // nodes each (test/support/light-cluster.ts), and one relay in this process, for each N and each design: "bounded"
-// (issue 15: at most 50 connections, 8 dialed, adverts by gossip) and "full mesh" (every node dials every node the
-// relay lists, as before issue 15). Prints one JSON line per run; method and results in bench/README.md.
+// (at most 50 connections, 8 dialed, adverts by gossip) and "full mesh" (every node dials every node the
+// relay lists, as before the bounded design). Prints one JSON line per run; method and results in bench/README.md.
 import { readFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
 import { setTimeout as delay } from 'node:timers/promises'

@@ -12,7 +12,7 @@ import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAtte
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
-/** The local admin token's file in the data dir (CONTRACT §10); the CLI reads it, the node writes it at start. */
+/** The local admin token's file in the data dir; the CLI reads it, the node writes it at start. */
 export const ADMIN_TOKEN_FILE = 'admin-token'
 
 /** Everything `startNode` needs, as the CLI or a test gives it. */
@@ -34,7 +34,7 @@ export interface NodeConfig {
   flashAttention: FlashAttention
   /**
    * `--reset-identity`: start even though the node key or the database is missing beside the other (a new key, or a
-   * fresh database, bound together). Without it such a start is refused (issue 14).
+   * fresh database, bound together). Without it such a start is refused.
    */
   resetIdentity: boolean
   /** How long closing the node waits for requests in flight before cutting their connections. */

@@ -93,7 +93,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const keys = new ApiKeys({ db }, { adminToken })
     const sessions = new Sessions({ keys })
     const keepAwake = new KeepAwake({ log: log.child({ part: 'keep-awake' }) })
-    // Issue 10: the llama.cpp build, chosen before anything loads; a named backend that is not installed stops the start
+    // The llama.cpp build, chosen before anything loads; a named backend that is not installed stops the start
     const threads = config.threads ?? defaultInferenceThreads(availableParallelism())
     const gpuChoice = config.gpu ?? 'auto'
     const accelerator = new Accelerator(planGpu(gpuChoice, join(config.dataDir, 'gpu'), hardware.gpu), { log: log.child({ part: 'gpu' }) })
@@ -111,10 +111,10 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
     // serve --model: a path is imported now, an id checked now, so that a wrong one fails the start; loaded once listening
     const startModel = config.model == null ? null : isAbsolute(config.model) ? (await models.import(config.model)).modelID : models.get(config.model).modelID
-    // Issue 12: a request for a model downloaded here loads it, once the current model's requests have finished.
+    // A request for a model downloaded here loads it, once the current model's requests have finished.
     const localRouter = new LocalRouter({ engine, sameModel, models: localModels(models) })
 
-    // Issue 4 item 6: requests nobody here could serve, counted by the router and the serving policy, advertised to
+    // Requests nobody here could serve, counted by the router and the serving policy, advertised to
     // peers, and weighed by demand-driven models.
     const demand = new DemandTracker()
 
@@ -128,19 +128,19 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
     }))
     network.advertise('demand', () => demand.list())
-    // Issue 4 item 6 (auto_manage_models): fetch and swap to the model peers and users ask for and nobody serves.
+    // Demand-driven models (auto_manage_models): fetch and swap to the model peers and users ask for and nobody serves.
     const demandModels = new DemandDrivenModels({ demand, network, models, engine, settings, sameModel, log: log.child({ part: 'demand' }) }, demandOptions)
     cleanups.unshift(() => demandModels.stop())
-    // Issue 5: credits. The wallet pays peers for what they generate for us and delivers its transfers until acknowledged.
+    // Credits. The wallet pays peers for what they generate for us and delivers its transfers until acknowledged.
     const ledger = new Ledger({ db })
     const wallet = new Wallet({ ledger, identity, network, log: log.child({ part: 'wallet' }) })
     cleanups.unshift(() => wallet.stop())
-    // Issue 11: a transfer goes out again when its payee comes online and at its own backoff; never on a record update.
+    // A transfer goes out again when its payee comes online and at its own backoff; never on a record update.
     network.on('peer:online', (peer) => { wallet.peerOnline(peer.nodeID) })
-    // Issue 5: the loaded model's price, from its size and this node's electricity settings (docs/API.md, Wallet).
+    // The loaded model's price, from its size and this node's electricity settings (docs/API.md, Wallet).
     network.advertise('pricePer1kTokensMicro', () => pricePer1kTokensMicro({ sizeBytes: engine.loaded()?.sizeBytes ?? null, quantization: null, parameters: null }, settings.get()))
     const solana = new SolanaWallet({ identity, rpcUrl: () => settings.get().solana_rpc_url, log: log.child({ part: 'solana' }) })
-    // Issue 4: requests for a model this node has not loaded go to the best peer that serves it; peers' requests
+    // Requests for a model this node has not loaded go to the best peer that serves it; peers' requests
     // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
     const peerRequests = metrics.counter('meshnode_peer_requests_served_total', 'Generations for peers answered in full: chat requests and agent messages')
     const peerTokens = metrics.counter('meshnode_peer_tokens_generated_total', 'Tokens billed to peers: those generated, or an embeddings request\'s input')
@@ -152,11 +152,11 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const aliases = new ModelAliases({ db, known: (modelID) => router.models().some((model) => sameModel(model.modelID, modelID)) })
     const ptn = new PtnService({ db, identity, peers: network, log: log.child({ part: 'ptn' }) }, { dir: ptnDir })
     await ptn.start()   // registers the PTN protocol, served once the network starts
-    // Issue 6: this node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
-    // Issue 14: a record carries at most MAX_ADVERTISED_CERTIFICATES; a node in more PTNs presents the ones its peers use.
+    // This node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
+    // A record carries at most MAX_ADVERTISED_CERTIFICATES; a node in more PTNs presents the ones its peers use.
     network.advertise('ptnCertificates', () => ptn.certificatesForAdvert(MAX_ADVERTISED_CERTIFICATES))
     network.trustPtnCertificates((nodeID, certificates) => ptn.verifiedPtnIDs(nodeID, certificates))
-    // Issue 11: the one door from peers to the engine. Chat requests over the infer protocol and agent messages pass
+    // The one door from peers to the engine. Chat requests over the infer protocol and agent messages pass
     // the same checks (inference_backend, org_capacity_reservation, queue) and the same bookkeeping (metrics, demand).
     const serving = new ServingPolicy({
       engine,
@@ -179,7 +179,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       const { slots, busySlots, queued } = engine.stats()
       return { slots, busySlots, queued, reservedSlots: serving.reservedSlots() }
     })
-    // Issue 7: this node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
+    // This node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
     const agent = new AgentService({ db, identity, network, engine, serving, name, log: log.child({ part: 'agent' }) }, config.agent)
     await agent.start()   // registers the agent protocol, served once the network starts
     // The agent's name and capabilities; peers build their agent directory from the records they verified.
@@ -230,7 +230,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
         settings: settings.redacted()
       })
     }, { version: VERSION, allowedOrigins: config.allowedOrigins, allowedHosts: config.allowedHosts, limits: config.http })
-    // Issue 14: with allow_network_access on, the API also listens on the network (every non-loopback address, or
+    // With allow_network_access on, the API also listens on the network (every non-loopback address, or
     // --network-host), at once; off, on loopback only again.
     const networkListener = new NetworkListener({ createServer: () => http.createListener(tls), log: log.child({ part: 'listener' }) },
       { port: () => port, host: config.networkHost, primaryHost: config.host })

@@ -1,4 +1,4 @@
-// docs/ARCHITECTURE.md is how a newcomer finds their way (issue 11): every file it names exists, every class and
+// docs/ARCHITECTURE.md is how a newcomer finds their way: every file it names exists, every class and
 // method it names by a code span is in the code (a method in the class named), and each of the two traced paths stays within five files.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'

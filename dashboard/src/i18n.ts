@@ -1,4 +1,4 @@
-// The UI language (the `language` setting, spec §2.1): `en` and `zh` complete; every other code the node accepts
+// The UI language (the `language` setting): `en` and `zh` complete; every other code the node accepts
 // falls back to English for each string it lacks. No JSX here, so node's test runner can import it directly.
 import { createContext, createElement, type ComponentChildren, type VNode } from 'preact'
 import { useContext } from 'preact/hooks'

@@ -2,7 +2,7 @@ import { z } from 'zod'
 import type { PeerInfo } from '../network/index.ts'
 import { MAX_AGENT_CAPABILITIES, MAX_AGENT_CAPABILITY_CHARS, MAX_AGENT_NAME_CHARS } from './protocol.ts'
 
-/** Spec §2.10: a peer's agent as its signed capability record advertises it. */
+/** A peer's agent as its signed capability record advertises it. */
 export interface DirectoryEntry {
   nodeID: string
   name: string

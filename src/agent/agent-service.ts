@@ -60,7 +60,7 @@ export interface AgentServiceOptions {
   maxRememberedAgents?: number
 }
 
-/** Spec §2.10, plus `systemPrompt` (an addition; never advertised to peers). */
+/** This node's agent profile, with `systemPrompt` (an addition; never advertised to peers). */
 export interface AgentProfile {
   nodeID: string
   name: string
@@ -96,7 +96,7 @@ const StoredCapabilities = z.array(z.string())
 interface ProfileRow { name: string | null, capabilities: string, system_prompt: string }
 
 /**
- * The node's agent (spec §2.10, §2.11, CONTRACT §9): its profile, advertised to peers in the signed capability
+ * The node's agent: its profile, advertised to peers in the signed capability
  * record; the directory of the agents peers advertise (`AgentDirectory`); and conversations with them
  * (`Conversations`). A message goes to the peer signed by this node; the peer's agent answers it with its loaded model
  * (`AgentResponder`, through the serving policy), and both nodes file the message and the answer under the same

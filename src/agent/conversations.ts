@@ -4,7 +4,7 @@ import { inTransaction, type Database } from '../store/index.ts'
 import { SignedEnvelope } from '../wire/index.ts'
 import type { AgentMessage } from './protocol.ts'
 
-/** Spec §2.11. */
+/** A conversation with a peer's agent, as listings show it. */
 export interface ConversationSummary {
   id: string
   peerID: string

@@ -3,14 +3,14 @@ import { z } from 'zod'
 import { NodeID, type NodeIdentity } from '../identity/index.ts'
 import { ProtocolError, SignedEnvelope, askPeer, openEnvelope, readRequest, signEnvelope, type FrameStream, type PeerStreams } from '../wire/index.ts'
 
-// Agent-to-agent messages (spec §2.11, CONTRACT §9). One stream carries one exchange: the sender writes its message
+// Agent-to-agent messages. One stream carries one exchange: the sender writes its message
 // as an envelope signed by its node key and half-closes; the receiving agent answers with its loaded model and writes
 // keep-alive frames while it works, then exactly one last frame: `answer` (the answer, signed by the receiver, in
 // the same conversation) or `error`. Ending without a last frame is a failure, as a relay cutting the connection
 // looks exactly like an orderly end. Closing or resetting the stream cancels the answer. The conversation id is
 // chosen by whoever starts the conversation, so both nodes file the exchange under the same id.
 export const AGENT_PROTOCOL = '/meshnode/agent/1.0.0'   // new version on any wire change
-/** Largest message content, in UTF-8 bytes (issue 7: over 32 KiB is refused, a 413 at the HTTP edge). */
+/** Largest message content, in UTF-8 bytes (over 32 KiB is refused, a 413 at the HTTP edge). */
 export const MAX_AGENT_MESSAGE_BYTES = 32 * 1024
 /**
  * Largest frame: a 32 KiB message JSON-escapes to at most 6 bytes a byte (control characters as \u00XX), with room

@@ -25,7 +25,7 @@ export class ApiError extends Error {
 
 /**
  * The CLI's only way to the node: HTTP, like any other client. Without --api-key it sends the node's local
- * admin-token (CONTRACT §10), so the owner can administer the node whether network access is on or not.
+ * admin-token, so the owner can administer the node whether network access is on or not.
  */
 export class ApiClient {
   readonly baseUrl: string

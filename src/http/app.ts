@@ -56,7 +56,7 @@ export interface TlsCredentials {
   key: string | Buffer
 }
 
-/** CONTRACT §1: bodies over 1 MiB are refused with 413. */
+/** Bodies over 1 MiB are refused with 413. */
 export const BODY_LIMIT_BYTES = 1024 * 1024
 
 export interface HttpDeps {
@@ -143,7 +143,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
   app.setNotFoundHandler(notFoundHandler((path) => routes.methodsFor(path)))
   const cap = new ConnectionCap({ log: deps.log }, { maxPerAddress: limits.maxConnectionsPerAddress, maxLoopback: limits.maxLoopbackConnections })
   cap.watch(app.server)
-  // More listeners for the same app (the network ones, issue 14): the same handler, timeouts, client-error answers
+  // More listeners for the same app (the network ones): the same handler, timeouts, client-error answers
   // and connection cap as the loopback listener fastify owns; HTTPS when given a certificate.
   app.decorate('createListener', (tls: TlsCredentials | null): Server => {
     const server = tls == null
@@ -188,7 +188,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
 
   await app.register(swagger, {
     openapi: {
-      // 3.1: JSON Schema 2020-12, so a nullable union is `anyOf [..., {type: null}]`, valid as written (issue 14: the
+      // 3.1: JSON Schema 2020-12, so a nullable union is `anyOf [..., {type: null}]`, valid as written (the
       // document passes `redocly lint`, test/http/openapi.test.ts).
       openapi: '3.1.0',
       info: { title: 'meshnode node control API', version: options.version, license: { name: 'MIT', identifier: 'MIT' } },

@@ -4,7 +4,7 @@ import type { Logger } from 'pino'
 import { isLoopbackAddress } from './guards.ts'
 
 /**
- * How long a client may take and how many connections it may hold (issue 14): a slow or greedy client cannot keep
+ * How long a client may take and how many connections it may hold: a slow or greedy client cannot keep
  * connections, and with them sockets and memory, for minutes. Each default is stated; tests shorten them.
  */
 export interface ConnectionLimits {

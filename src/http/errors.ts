@@ -8,7 +8,7 @@ import {
 } from '../errors.ts'
 import { InvalidGenerationRequestError } from '../inference/index.ts'
 
-/** CONTRACT §2: the one error body every failure answers with. */
+/** The one error body every failure answers with. */
 export interface ErrorEnvelope {
   error: { message: string, type: string, param: string | null, code: string | null }
 }
@@ -186,7 +186,7 @@ export function clientErrorHandler (this: { log: FastifyBaseLogger }, err: NodeJ
 }
 
 /**
- * Unknown routes answer 404; a known path asked with another method answers 405 with `Allow` (issue 14). `allowed`
+ * Unknown routes answer 404; a known path asked with another method answers 405 with `Allow`. `allowed`
  * says which methods a path has.
  */
 export function notFoundHandler (allowed: (path: string) => string[]) {

@@ -28,7 +28,7 @@ declare module 'fastify' {
 const PUBLIC_ROUTES = new Set(['/health'])
 
 /**
- * CONTRACT §5, in the order a request meets them: the Host header (DNS-rebinding guard), the Origin (no browser page
+ * The guards every request passes, in the order it meets them: the Host header (DNS-rebinding guard), the Origin (no browser page
  * of another site may drive the node), the client address (loopback only until network access is on), and the key
  * (required everywhere but /health once network access is on, ignored while it is off).
  */

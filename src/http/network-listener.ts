@@ -27,7 +27,7 @@ export interface NetworkListenerOptions {
 const WILDCARDS = new Set(['0.0.0.0', '::', ''])
 
 /**
- * The node on the network (issue 14, `allow_network_access`): opened when the setting goes on, closed when it goes
+ * The node on the network (`allow_network_access`): opened when the setting goes on, closed when it goes
  * off, no restart. The loopback listener is never touched, so the CLI and the dashboard on this machine keep working
  * whatever happens here. "All interfaces" binds each non-loopback address of the machine on the loopback listener's
  * port (a wildcard cannot share a port with 127.0.0.1 on Linux) and looks again every `rescanMs` for addresses that

@@ -46,7 +46,7 @@ export class OpenStreams {
 }
 
 /**
- * Issue 14: revoking a key ends the streams opened with it (or with a session made from it); switching network
+ * Revoking a key ends the streams opened with it (or with a session made from it); switching network
  * access on ends those opened without a key, and switching it off ends those of non-loopback clients.
  */
 export function registerStreamRevocation (app: HttpApp, deps: { keys: ApiKeys, settings: SettingsStore }): void {

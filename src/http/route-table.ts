@@ -1,6 +1,6 @@
 /**
  * Which methods each route path has, so that a known path asked with another method answers 405 with `Allow`
- * (issue 14) instead of 404. Filled from fastify's onRoute hook; patterns use fastify's `:param` and `*` syntax.
+ * instead of 404. Filled from fastify's onRoute hook; patterns use fastify's `:param` and `*` syntax.
  */
 export class RouteTable {
   readonly #routes = new Map<string, { pattern: RegExp, methods: Set<string> }>()

@@ -1,4 +1,4 @@
-// The dashboard's session cookie (issue 16): how it is named, read, set and cleared. Guards read it; the session
+// The dashboard's session cookie: how it is named, read, set and cleared. Guards read it; the session
 // routes set and clear it.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 

@@ -38,7 +38,7 @@ export class StreamCutError extends Error {
 /**
  * A signal that fires, with ClientClosedError, when the client goes away before we finished answering. It watches
  * the *response*: fastify 5's `request.signal` also fires once a POST body has been read, and a hijacked reply is
- * ours to manage (STYLE §4).
+ * ours to manage.
  */
 export function clientGone (reply: FastifyReply): AbortSignal {
   const gone = new AbortController()

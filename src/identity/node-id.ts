@@ -2,7 +2,7 @@ import { z } from 'zod'
 import { InvalidInputError } from '../errors.ts'
 
 /**
- * Lowercase hex of 32 bytes: an Ed25519 public key (CONTRACT §6) names a node (its nodeID) and a PTN (its ptnID, the
+ * Lowercase hex of 32 bytes: an Ed25519 public key names a node (its nodeID) and a PTN (its ptnID, the
  * public half of its CA key); key files hold a 32-byte seed the same way. Lowercase only, so that one key has one
  * spelling and ids compare as strings.
  */

@@ -21,7 +21,7 @@ export interface NodeIdentityOptions {
 }
 
 /**
- * Opens the node key and the database together and refuses to start (issue 14) when one is missing beside the other:
+ * Opens the node key and the database together and refuses to start when one is missing beside the other:
  * a new key beside an old database would leave the wallet, PTN memberships and pending transfers to a key the node
  * cannot sign for, and a new database beside an old key would be a fresh ledger with a second grant. Neither is ever
  * done silently; `resetIdentity` is the deliberate way. The database records the nodeID it belongs to, so a key from

@@ -197,8 +197,8 @@ export function planGpu (choice: GpuChoice, gpuDir: string, detectedGpu: string 
 }
 
 /**
- * Packages installed in a gpu dir, by name, for the resolution hook. The one module-level registry STYLE.md §11
- * allows, and why: module resolution is process-wide, so the hook is registered once per process, and node-llama-cpp
+ * Packages installed in a gpu dir, by name, for the resolution hook. A module-level registry, which the code
+ * otherwise avoids, and why: module resolution is process-wide, so the hook is registered once per process, and node-llama-cpp
  * imports its binary packages by bare name from its own folder, which only a hook can point elsewhere.
  */
 const redirected = new Map<string, string>()

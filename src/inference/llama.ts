@@ -20,7 +20,7 @@ export async function llamaModule (): Promise<LlamaModule> {
 }
 
 /**
- * Issue 14, the critical defect: node-llama-cpp samples each sequence's next token inside its shared batch loop,
+ * The defect that could end the node: node-llama-cpp samples each sequence's next token inside its shared batch loop,
  * which it runs as an unowned promise (`void withLock(...)` in `LlamaContext.dispatchPendingBatch`). A sampler that
  * throws there (llama.cpp's "Failed to accept token in sampler: Unexpected empty grammar stack", reachable from a
  * grammar with a degenerate temperature) became an unhandled rejection that ended the process, and the generation
@@ -155,7 +155,7 @@ export class SamplingError extends Error {
   }
 }
 
-// The one module-level memo STYLE.md §11 allows, and why: node-llama-cpp binds one native llama.cpp backend per
+// A module-level memo, which the code otherwise avoids, and why: node-llama-cpp binds one native llama.cpp backend per
 // process. A second getLlama() would load the addon again with its own thread pool and log hooks, and models and
 // grammars made by one Llama cannot be used with another (LlamaContext refuses a grammar "created with a different
 // Llama instance"). So every LocalEngine in the process, and every test, shares one per backend (the CPU's, or a

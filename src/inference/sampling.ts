@@ -14,7 +14,7 @@ export const MAX_STOP_STRINGS = 4
 export const MAX_STOP_STRING_CHARS = 1024
 /**
  * Temperatures below this sample greedily. Logits divided by a temperature near 1e-38 overflow float32 to infinity,
- * the softmax turns to NaN and llama.cpp picks a token the grammar forbids (issue 14's crash request); a temperature
+ * the softmax turns to NaN and llama.cpp picks a token the grammar forbids (the request that used to crash the node); a temperature
  * this small is greedy in all but name anyway.
  */
 const GREEDY_BELOW_TEMPERATURE = 1e-3

@@ -6,7 +6,7 @@ import { inTransaction, type Database } from '../store/index.ts'
 export const API_KEY_PREFIX = 'mn_'
 
 /**
- * What a key may call (issue 14): `admin` everything (the spec's keys), `inference` only the OpenAI-compatible
+ * What a key may call: `admin` everything (as every key did before scopes), `inference` only the OpenAI-compatible
  * endpoints, so a key handed to a chat client cannot make keys, change settings, spend credits or touch PTNs.
  */
 export const API_KEY_SCOPES = ['admin', 'inference'] as const
@@ -45,7 +45,7 @@ export function scopeOf (principal: Principal): ApiKeyScope {
 }
 
 /**
- * API keys (spec §2.9, CONTRACT §5): 256 random bits shown once, stored only as SHA-256, compared in constant time.
+ * API keys: 256 random bits shown once, stored only as SHA-256, compared in constant time.
  * Key hashes are cached in memory because every request is checked against them. `lastUsed` is kept in memory and
  * flushed in batches (`flushUsage`), so authenticating a request never writes to the database.
  */
@@ -90,7 +90,7 @@ export class ApiKeys {
     }))
   }
 
-  /** Revokes at once. Revoking an already revoked key succeeds again (CONTRACT §5); an unknown id is NotFound. */
+  /** Revokes at once. Revoking an already revoked key succeeds again; an unknown id is NotFound. */
   revoke (id: string): void {
     const row = this.#db.prepare('SELECT revoked_at FROM api_keys WHERE id = ?').get(id) as { revoked_at: string | null } | undefined
     if (row == null) throw new NotFoundError(`API key not found: ${id}`)
@@ -148,7 +148,7 @@ export class ApiKeys {
   }
 }
 
-/** CONTRACT §5: the first 12 characters, an ellipsis, the last four. */
+/** A key as listings show it: the first 12 characters, an ellipsis, the last four. */
 export function maskKey (key: string): string {
   return `${key.slice(0, 12)}...${key.slice(-4)}`
 }

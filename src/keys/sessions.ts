@@ -34,7 +34,7 @@ export interface SessionsOptions {
 }
 
 /**
- * Browser sessions of the dashboard (issue 16). A session stands for the principal that started it (an API key, or
+ * Browser sessions of the dashboard. A session stands for the principal that started it (an API key, or
  * the admin token through a one-time sign-in link), so it can do what that principal can and stops when its key is
  * revoked. Held in memory only: a restart signs every browser out, which is the safe failure. Tokens are stored as
  * SHA-256, like API keys, so a heap dump does not hand out sessions.

@@ -56,7 +56,7 @@ export interface DemandDecision {
 }
 
 /**
- * Demand-driven models (issue 4 item 6, `auto_manage_models`): while the setting is on, weighs the requests nobody
+ * Demand-driven models (`auto_manage_models`): while the setting is on, weighs the requests nobody
  * could serve (this node's and those its peers advertise), downloads the most demanded model that no peer serves
  * yet and that fits the storage budget (the model store evicts least-recently-used unloaded models for it) and the
  * memory, and swaps the engine to it once the engine has been idle for a while. Downloads and loads show in the

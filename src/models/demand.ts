@@ -9,7 +9,7 @@ export interface DemandEntry {
 }
 
 /**
- * Requests this node could not serve, per model, its own users' and its peers' alike (issue 4 item 6): the router
+ * Requests this node could not serve, per model, its own users' and its peers' alike: the router
  * counts a model no peer serves, the serving policy a model a peer asked for that is not loaded here. The count
  * decays with a half-life of DEMAND_HALF_LIFE_MS, so demand describes the last hour or so, not all time. Advertised
  * to peers in the capability record, and weighed by demand-driven models.

@@ -1,4 +1,4 @@
-// The one matcher for model ids (CONTRACT §10), used by the model store, the HTTP routes and the peer network alike:
+// The one matcher for model ids, used by the model store, the HTTP routes and the peer network alike:
 // a catalog id (`smollm2-135m-instruct-q8_0`), a file on the hub (`hf.co/<org>/<repo>/<file>.gguf`) or a quantization
 // of a hub repo (`hf.co/<org>/<repo>:<QUANT>`). Ids arrive from HTTP bodies and from peers, and parts of them become
 // paths on disk, so every segment is checked here, once, before anything else sees it.

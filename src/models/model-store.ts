@@ -229,7 +229,7 @@ export class ModelStore {
     this.#records.flushUsage()
   }
 
-  /** Parses an id: a hub model, or an imported file; anything else is 404 naming it (spec §7). */
+  /** Parses an id: a hub model, or an imported file; anything else is 404 naming it. */
   #find (rawID: string): { kind: 'hub', ref: HubModelRef } | { kind: 'imported', row: ImportedRow } {
     const ref = parseModelID(rawID)
     if (ref.kind !== 'name') return { kind: 'hub', ref }

@@ -1,6 +1,6 @@
 // What the node remembers of its models, in SQLite: the rows of the models it has downloaded, is downloading or
 // failed to download, the GGUF files the user imported where they lie, the model to reload at start, and when each
-// was last used. It also shapes a row into the record listings show (CONTRACT §3). It knows nothing of the hub, the
+// was last used. It also shapes a row into the record listings show. It knows nothing of the hub, the
 // engine or the disk budget.
 import { basename } from 'node:path'
 import { inTransaction, type Database } from '../store/index.ts'
@@ -9,7 +9,7 @@ import { describeHubFile } from './model-id.ts'
 
 export type ModelStatus = 'available' | 'downloading' | 'downloaded' | 'loaded' | 'failed'
 
-/** CONTRACT §3: a model as listings show it (GET /v1/app/models and the /v1/app snapshot). */
+/** A model as listings show it (GET /v1/app/models and the /v1/app snapshot). */
 export interface ModelRecord {
   modelID: string
   name: string

@@ -6,7 +6,7 @@ import { MAX_CAPABILITIES_RECORD_BYTES, openCapabilities, type CapabilityRecord 
 import { DIRECTORY_PROTOCOL, DirectoryRecord, MAX_CLOCK_SKEW_MS, signDirectoryRecord } from './directory.ts'
 import type { PeerStreamHandler } from './protocol-registry.ts'
 
-// Adverts (issue 15): what a node serves, spread by gossip so that every node knows every other one's record without
+// Adverts: what a node serves, spread by gossip so that every node knows every other one's record without
 // being connected to it, and asked of a peer once when a node joins. An advert is the node's signed capability record
 // and its signed presence (its addresses, as it registers them at a relay), both checked against the node's key.
 

@@ -15,7 +15,7 @@ export const MAX_CAPABILITIES_REQUEST_BYTES = 1024
 export const MAX_CAPABILITIES_RECORD_BYTES = 256 * 1024
 export const CAPABILITIES_READ_TIMEOUT_MS = 10_000
 export const MAX_ADVERTISED_MODELS = 256
-/** What a peer accepts in one record; a node in more PTNs advertises the certificates it uses most (issue 14). */
+/** What a peer accepts in one record; a node in more PTNs advertises the certificates it uses most. */
 export const MAX_ADVERTISED_CERTIFICATES = 32
 export const MAX_INBOUND_CAPABILITIES_STREAMS = 4
 
@@ -50,9 +50,9 @@ export const CapabilityRecord = z.object({
   }),
   /** PTN membership certificates (`certData`), verified by whoever reads them. */
   ptnCertificates: z.array(z.string().min(1).max(8192)).max(MAX_ADVERTISED_CERTIFICATES),
-  /** The node's agent profile, if it has one (CONTRACT §9); checked by the agent domain. */
+  /** The node's agent profile, if it has one; checked by the agent domain. */
   agent: z.record(z.string(), z.json()).nullable(),
-  /** Models this node was asked for and could not serve, with how often (issue 4, demand-driven models). */
+  /** Models this node was asked for and could not serve, with how often (for demand-driven models). */
   demand: z.array(z.object({ modelID: ModelIDString, requests: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER) })).max(MAX_DEMAND_ENTRIES),
   /** Unix ms when the node signed it. */
   timestamp: z.number().int().nonnegative()

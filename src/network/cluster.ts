@@ -5,7 +5,7 @@ import { z } from 'zod'
 import { ProtocolError, openFrames, readMessage, writeMessage } from '../wire/index.ts'
 import { openStream } from './peer-ids.ts'
 
-// LAN cluster admission (CONTRACT §6 `cluster_passcode`): two nodes found by mDNS prove to each other that they know
+// LAN cluster admission (the `cluster_passcode` setting): two nodes found by mDNS prove to each other that they know
 // the same passcode, by challenge and response over fresh nonces and both peer ids. Neither the passcode nor anything
 // that could be replayed goes on the wire: each proof is an HMAC bound to this pair of nodes and these two nonces.
 // The initiator proves second, and only after the responder proved first, so a stranger who dials us learns nothing

@@ -34,7 +34,7 @@ export interface ConnectionPolicyOptions {
 }
 
 /**
- * Which connections a node keeps (issue 15): at most `maxConnections`, valued by tags: relays and PTN peers first, then
+ * Which connections a node keeps: at most `maxConnections`, valued by tags: relays and PTN peers first, then
  * the peers this node is using; everyone else is reached on demand when a request needs them. This node dials only
  * `targetPeers` nodes of its own accord. The tags are set on the peer store too (libp2p's connection manager prunes by
  * them), and mirrored here so that a connection over the limit is closed in the same tick it opens: libp2p checks its

@@ -36,7 +36,7 @@ export type DirectoryRecord = z.infer<typeof DirectoryRecord>
 export const DirectoryRequest = z.discriminatedUnion('type', [
   z.object({ type: z.literal('register'), record: SignedEnvelope }),
   /** `limit`: at most this many records, picked at random (a node that wants a few peers, not the whole directory);
-   *  without it, all of them up to `MAX_DIRECTORY_ENTRIES` (nodes before issue 15 send none). */
+   *  without it, all of them up to `MAX_DIRECTORY_ENTRIES` (older nodes send none). */
   z.object({ type: z.literal('list'), limit: z.number().int().positive().max(MAX_DIRECTORY_ENTRIES).optional() })
 ])
 export type DirectoryRequest = z.infer<typeof DirectoryRequest>

@@ -5,7 +5,7 @@
 // other at the same moment, so that each one's outgoing SYN opens its own NAT for the other's (TCP simultaneous
 // open). That works only if each node knows, before dialing, the public address its dial will leave from. js-libp2p
 // cannot know it: its TCP dials leave from random ports, and identify ignores observed TCP addresses for that reason
-// (js-libp2p issue 2620), so DCUtR has no public address to send and gives up. We supply the missing pieces:
+// (https://github.com/libp2p/js-libp2p/issues/2620), so DCUtR has no public address to send and gives up. We supply the missing pieces:
 // - a punch port: a port picked once per node, that hole-punching dials (and only those) leave from;
 // - our public IP, as a public peer (the relay) observes it in identify;
 // - DCUtR's address list gets `/ip4/<public IP>/tcp/<punch port>`, right for a NAT that keeps a connection's source

@@ -30,7 +30,7 @@ export interface LanClusterOptions {
 }
 
 /**
- * LAN presence (CONTRACT §6 `cluster_enabled`, `cluster_passcode`): while on, a listener on the LAN and mDNS (the
+ * LAN presence (the `cluster_enabled` and `cluster_passcode` settings): while on, a listener on the LAN and mDNS (the
  * host's `lanPresence` service); every meshnode node mDNS finds is dialed and must prove the passcode, as this node
  * proves it to them, before it is admitted. Off, or a new passcode, starts the cluster over.
  */

@@ -27,7 +27,7 @@ export interface LanPresenceOptions {
 }
 
 /**
- * LAN presence that can be switched on and off while the node runs (CONTRACT §6 `cluster_enabled` takes effect at
+ * LAN presence that can be switched on and off while the node runs (a change of `cluster_enabled` takes effect at
  * once): a listener on the LAN interfaces and mDNS announcing it. libp2p's own mDNS is configured once at start and
  * would announce the node whether the cluster is on or not, so this service owns its mDNS instance instead.
  */

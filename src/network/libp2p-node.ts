@@ -56,7 +56,7 @@ export interface PeerHostOptions {
   lan?: LanPresenceOptions
   /** Refuses connections with these peers both ways (a peer banned for misbehaving). @default none */
   denyPeer?: (peer: PeerId) => boolean
-  /** LAN discovery by mDNS (CONTRACT §6 `cluster_enabled`). @default false */
+  /** LAN discovery by mDNS (the `cluster_enabled` setting). @default false */
   mdns?: boolean
   /**
    * How often libp2p's connection monitor pings every connection: each connection's `rtt` (the peers' latency), and a

@@ -49,7 +49,7 @@ export interface PeerNetworkOptions {
   recordCheckMs?: number
   /** A change of this node's load alone is pushed at most this often. @default 5_000 */
   loadPushIntervalMs?: number
-  /** Connections held at most (issue 15): relays, PTN peers and peers in use are kept first. @default 50 */
+  /** Connections held at most: relays, PTN peers and peers in use are kept first. @default 50 */
   maxConnections?: number
   /** Nodes listed by a relay that this node connects to of its own accord; the others are reached on demand. @default 8 */
   targetPeers?: number

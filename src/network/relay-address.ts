@@ -6,7 +6,7 @@ import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { InvalidInputError } from '../errors.ts'
 
 /**
- * The multiaddr to dial for a `wan_relay_url` (CONTRACT §6): `ws://host:port`, `wss://host:port`, or a multiaddr.
+ * The multiaddr to dial for a `wan_relay_url`: `ws://host:port`, `wss://host:port`, or a multiaddr.
  * A ws URL carries no peer id; then the result has none unless `relayPeerId` is given, and dialing it authenticates
  * whichever relay answers (noise proves its key, and the dialer learns its id from the connection). That is enough
  * for a rendezvous that is trusted with nothing: every directory record is signed by its own node.

@@ -30,7 +30,7 @@ interface RelayClient {
 }
 
 /**
- * WAN presence (CONTRACT §6 `wan_enabled`, `wan_relay_url`): while on, one `WanClient` per relay `wan_relay_url`
+ * WAN presence (the `wan_enabled` and `wan_relay_url` settings): while on, one `WanClient` per relay `wan_relay_url`
  * names (one URL, or several separated by commas) holds the relay connection, this node's directory record there, and
  * connects to some of the nodes it lists; the host keeps reservations on two relays. When fewer than two relays are
  * configured, relays learned from peers' circuit addresses are added until two are, so that losing one relay isolates

@@ -26,7 +26,7 @@ export interface WanClientDeps {
 }
 
 export interface WanClientOptions {
-  /** `wan_relay_url` (CONTRACT §6): `ws://host:port` or a multiaddr, with or without `/p2p/<relay>`. */
+  /** `wan_relay_url`: `ws://host:port` or a multiaddr, with or without `/p2p/<relay>`. */
   relayUrl: string
   /** Re-register and re-list this often while connected (a record lives 90 s at the relay). @default 30_000 */
   syncIntervalMs?: number

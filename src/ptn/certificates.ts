@@ -19,7 +19,7 @@ export const DEFAULT_CERTIFICATE_TTL_MS = 365 * 24 * 60 * 60_000
 /** A certificate issued this far in the future is accepted: the issuer's clock may run ahead of ours. */
 export const MAX_CLOCK_SKEW_MS = 5 * 60_000
 
-/** CONTRACT §7: what the CA vouches for. */
+/** What the CA vouches for. */
 export const CertificatePayload = z.strictObject({
   ptnID: HexKey,
   ptnName: PtnName,

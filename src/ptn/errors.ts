@@ -1,7 +1,7 @@
 import { InvalidInputError } from '../errors.ts'
 
 /**
- * Why a certificate was not accepted. Every reason is a 400 at the HTTP edge (CONTRACT §2: an invalid field), with
+ * Why a certificate was not accepted. Every reason is a 400 at the HTTP edge (an invalid field), with
  * `param` naming the field that carried it, and nothing changes.
  * - `malformed`: not base64url JSON of `{payload, signature}` of the right shape
  * - `bad_signature`: the signature does not verify against the `ptnID` (the CA public key)

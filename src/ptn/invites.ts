@@ -6,7 +6,7 @@ import { InvalidInviteError } from './errors.ts'
 import { openDocument, sealDocument } from './signed-document.ts'
 
 export const INVITE_DOMAIN = 'meshnode/ptn-invite/v1'
-/** CONTRACT §7: invite codes expire after 1 hour. */
+/** Invite codes expire after 1 hour. */
 export const INVITE_TTL_MS = 60 * 60_000
 export const MAX_INVITE_CHARS = 2048
 

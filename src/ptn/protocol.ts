@@ -61,7 +61,7 @@ export interface PtnPeers extends PeerStreams {
 
 /**
  * Sends one request to `nodeID` and returns its signed answer. Any failure to reach the peer or to get a valid answer
- * from it in time is an `UnavailableError` (CONTRACT §2: peer unreachable is a 503); a refusal is an answer.
+ * from it in time is an `UnavailableError` (a 503 at the HTTP edge: the peer is unreachable); a refusal is an answer.
  */
 export async function askPtnPeer (peers: PtnPeers, identity: NodeIdentity, nodeID: string, request: PtnRequest, options: { signal?: AbortSignal, timeoutMs?: number } = {}): Promise<PtnReply> {
   const timeoutMs = options.timeoutMs ?? PTN_TIMEOUT_MS

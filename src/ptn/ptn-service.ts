@@ -12,10 +12,10 @@ import { INVITE_TTL_MS, createInvite, verifyInvite } from './invites.ts'
 import { MAX_PTN_MEMBERSHIPS, certificatesByUse } from './memberships.ts'
 import { MAX_INBOUND_PTN_STREAMS, PTN_PROTOCOL, askPtnPeer, servePtnStream, type PtnPeers, type PtnReply, type PtnRequest } from './protocol.ts'
 
-/** Spec §3: `active` after create or join, `left` after leave, `recovered` after recover. */
+/** `active` after create or join, `left` after leave, `recovered` after recover. */
 export type MembershipStatus = 'active' | 'left' | 'recovered'
 
-/** Spec §2.2: one membership as `GET /v1/app/ptn` lists it. */
+/** One membership as `GET /v1/app/ptn` lists it. */
 export interface MembershipRecord {
   ptnID: string
   name: string
@@ -38,7 +38,7 @@ export interface PtnServiceOptions {
   dir: string
   /** Validity of the certificates this node issues. @default 365 days */
   certificateTtlMs?: number
-  /** Validity of the invite codes this node makes. @default 1 hour (CONTRACT §7) */
+  /** Validity of the invite codes this node makes. @default 1 hour */
   inviteTtlMs?: number
   /** Deadline of one exchange with another node. @default 10_000 */
   requestTimeoutMs?: number
@@ -64,7 +64,7 @@ function inEffect (row: MembershipRow | undefined): row is MembershipRow {
 }
 
 /**
- * Private trusted networks (spec §2.2–§2.4, §3, §4.5; CONTRACT §7): this node's memberships, the CA keys it holds,
+ * Private trusted networks (PTNs): this node's memberships, the CA keys it holds,
  * the members it knows of, the invites it has redeemed, and the PTN protocol through which admins and members reach
  * each other. It owns the tables `ptn_memberships`, `ptn_members` and `ptn_used_invites`.
  *
@@ -134,7 +134,7 @@ export class PtnService {
     }, { maxInboundStreams: MAX_INBOUND_PTN_STREAMS })
   }
 
-  /** Every membership, with its status (CONTRACT §7), oldest first. */
+  /** Every membership, with its status (`active`, `left` or `recovered`), oldest first. */
   list (): MembershipRecord[] {
     return (this.#selectMemberships.all() as unknown as MembershipRow[]).map(row => this.#record(row))
   }
@@ -166,7 +166,7 @@ export class PtnService {
     return { inviteCode: createInvite(ca, { ptnName: row.name, adminNodeID: this.#identity.nodeID, ttlMs: this.#inviteTtlMs }) }
   }
 
-  /** Signs a certificate for `nodeID` (spec §3: role defaults to `provider`); that node joins with it. */
+  /** Signs a certificate for `nodeID` (the role defaults to `provider`); that node joins with it. */
   issueCertificate (ptnID: string, nodeID: string, role: PtnRole = 'provider'): { certData: string, nodeID: string, role: PtnRole } {
     const { row, ca } = this.#requireAdmin(ptnID)
     const certData = this.#issue(ca, row.name, nodeID, role)
@@ -174,7 +174,7 @@ export class PtnService {
     return { certData, nodeID, role }
   }
 
-  /** Joins with a certificate an admin issued for this node (spec §3): the role is the certificate's. */
+  /** Joins with a certificate an admin issued for this node: the role is the certificate's. */
   joinWithCertificate (certData: string): { ptnID: string, name: string, role: PtnRole, status: 'active' } {
     const cert = verifyCertificate(certData, { nodeID: this.#identity.nodeID })
     this.#becomeMember(certData, 'active')

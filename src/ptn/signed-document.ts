@@ -2,10 +2,10 @@ import { z } from 'zod'
 import type { NodeIdentity } from '../identity/index.ts'
 import { signCanonical, verifyCanonical } from '../wire/index.ts'
 
-// The form certificates and invite codes share (CONTRACT §7): base64url of the JSON `{payload, signature}`, where
+// The form certificates and invite codes share: base64url of the JSON `{payload, signature}`, where
 // the signature is Ed25519 over the canonical JSON of `{domain, payload}`. The domain keeps a signature made for one
 // kind of document from ever verifying as the other, even though one CA key signs both. The signature is the wire's
-// one primitive (Ed25519 over canonical JSON); only the text form is the CONTRACT's own.
+// one primitive (Ed25519 over canonical JSON); only the text form is particular to certificates and invite codes.
 
 /** Base64url (no padding) of a 64-byte Ed25519 signature. */
 const Signature = z.string().regex(/^[A-Za-z0-9_-]{86}$/, 'expected a base64url Ed25519 signature')

@@ -48,7 +48,7 @@ export class ReservedCapacityError extends BusyError {
 }
 
 /**
- * Slots a request from outside this node's PTNs may use (issue 4: `org_capacity_reservation` keeps that fraction of
+ * Slots a request from outside this node's PTNs may use (`org_capacity_reservation` keeps that fraction of
  * the slots for PTN members): floor((1 - r) × slots).
  */
 export function publicSlots (slots: number, reservation: number): number {

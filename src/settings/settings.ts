@@ -7,7 +7,7 @@ export const INFERENCE_BACKENDS = ['llama.cpp', 'peers'] as const
 export const LANGUAGES = ['en', 'zh', 'es', 'pt-BR', 'fr', 'de', 'ja', 'ko', 'ru', 'it'] as const
 const CURRENCIES = new Set(Intl.supportedValuesOf('currency'))
 
-/** Relays `wan_relay_url` may name at once (CONTRACT §6 allows one; several, comma-separated, are an addition). */
+/** Relays `wan_relay_url` may name at once (one URL, or several separated by commas). */
 export const MAX_RELAY_URLS = 8
 
 /** The relays a `wan_relay_url` names: one URL or multiaddr, or several separated by commas; "" names none. */
@@ -21,7 +21,7 @@ const relayUrl = z.string().max(2048).refine((value) => value === '' || (
   message: `must be empty, or a ws:// or wss:// URL or libp2p multiaddr, or up to ${MAX_RELAY_URLS} of them separated by commas`
 })
 
-/** Every setting of spec §2.1 with its type and range (CONTRACT §4). Unknown keys are refused: typos must not pass. */
+/** Every setting with its type and range. Unknown keys are refused: typos must not pass. */
 export const SettingsPatch = z.strictObject({
   cluster_enabled: z.boolean().describe('Find and serve peers on the LAN (mDNS)'),
   wan_enabled: z.boolean().describe('Find and serve peers across the internet through wan_relay_url'),
@@ -38,7 +38,7 @@ export const SettingsPatch = z.strictObject({
   auto_manage_models: z.boolean().describe('Download and load the models peers ask for that nobody serves'),
   inference_backend: z.enum(INFERENCE_BACKENDS).describe('llama.cpp: serve locally; peers: route every request to peers'),
   language: z.enum(LANGUAGES).describe('Language of the user interface'),
-  // An addition to spec §2.1 (issue 5): the JSON-RPC endpoint the on-chain wallet status asks.
+  // An addition: the JSON-RPC endpoint the on-chain wallet status asks.
   solana_rpc_url: z.string().max(2048).refine(isHttpUrl, { message: 'must be an http:// or https:// URL' }).describe('Solana JSON-RPC endpoint for the on-chain status')
 }).partial()
 
@@ -47,7 +47,7 @@ export type SettingsPatch = z.infer<typeof SettingsPatch>
 export type SettingKey = keyof Settings
 
 /**
- * Settings that are write-only (issue 14): answers carry `SECRET_MASK` when one is set and `""` when not, never the
+ * Settings that are write-only: answers carry `SECRET_MASK` when one is set and `""` when not, never the
  * value. A patch that sends the mask back (a client that PATCHes what it read) leaves the secret as it is.
  */
 export const SECRET_SETTINGS = ['cluster_passcode'] as const satisfies readonly SettingKey[]
@@ -117,7 +117,7 @@ export class SettingsStore {
     return { ...this.#current }
   }
 
-  /** The settings as answers show them: every secret masked (issue 14). */
+  /** The settings as answers show them: every secret masked. */
   redacted (): Settings {
     return redactSettings(this.#current)
   }

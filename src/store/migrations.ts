@@ -1,7 +1,7 @@
 // Versioned schema: migration N brings the database from version N to N+1. Never edit a released migration;
 // append a new one. Money is INTEGER micro-credits, times are ISO 8601 UTC text.
 export const MIGRATIONS: readonly string[] = [
-  // 1: settings and API keys (the foundation issue).
+  // 1: settings and API keys.
   `CREATE TABLE settings (
      key TEXT PRIMARY KEY,
      value TEXT NOT NULL
@@ -22,7 +22,7 @@ export const MIGRATIONS: readonly string[] = [
      key TEXT PRIMARY KEY,
      value TEXT NOT NULL
    );`,
-  // wallet (issue 5): one balance row, the append-only transaction log, and every transfer in or out keyed by its
+  // wallet: one balance row, the append-only transaction log, and every transfer in or out keyed by its
   // id, so that each is applied at most once on each side and an outgoing one is redelivered until acknowledged.
   `CREATE TABLE wallet_balance (
      id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -52,7 +52,7 @@ export const MIGRATIONS: readonly string[] = [
      settled_at TEXT
    );
    CREATE INDEX wallet_transfers_pending ON wallet_transfers (next_attempt_ms) WHERE state = 'pending';`,
-  // PTN (issue 6): this node's memberships with its certificates, the members it knows of in each PTN, and the
+  // PTN: this node's memberships with its certificates, the members it knows of in each PTN, and the
   // invite codes it has redeemed as an admin (single use, by nonce). CA keys live in files, never here.
   `CREATE TABLE ptn_memberships (
      ptn_id TEXT PRIMARY KEY,
@@ -78,7 +78,7 @@ export const MIGRATIONS: readonly string[] = [
      node_id TEXT NOT NULL,
      used_at TEXT NOT NULL
    );`,
-  // models (issue 3): every model this node has downloaded, is downloading or failed to download (catalog entries
+  // models: every model this node has downloaded, is downloading or failed to download (catalog entries
   // it never asked for are not stored), keyed by the lowercase normalised id; and the model to reload at start.
   `CREATE TABLE models (
      model_key TEXT PRIMARY KEY,
@@ -101,7 +101,7 @@ export const MIGRATIONS: readonly string[] = [
      id INTEGER PRIMARY KEY CHECK (id = 1),
      model_key TEXT NOT NULL REFERENCES models (model_key) ON DELETE CASCADE
    );`,
-  // agent (issue 7): the profile (one row; a null name follows the node's name), conversations with peers' agents
+  // agent: the profile (one row; a null name follows the node's name), conversations with peers' agents
   // (the id chosen by whoever started it, the same on both nodes), and their messages with the signed envelope each
   // came in, a message id used once (a retried message is never filed twice).
   `CREATE TABLE agent_profile (
@@ -132,7 +132,7 @@ export const MIGRATIONS: readonly string[] = [
    );
    CREATE INDEX agent_messages_conversation ON agent_messages (conversation_id, seq);
    CREATE INDEX agent_messages_reply ON agent_messages (reply_to) WHERE reply_to IS NOT NULL;`,
-  // imported models (issue 10): GGUF files the user already has, registered where they are (an absolute path; never
+  // imported models: GGUF files the user already has, registered where they are (an absolute path; never
   // copied, never evicted, not counted in max_storage_gb). The model to reload at start may now be one of them, so
   // loaded_model loses its foreign key to `models`; ModelRecords deletes it with the model it names.
   `CREATE TABLE imported_models (
@@ -151,12 +151,12 @@ export const MIGRATIONS: readonly string[] = [
    INSERT INTO loaded_model_v2 (id, model_key) SELECT id, model_key FROM loaded_model;
    DROP TABLE loaded_model;
    ALTER TABLE loaded_model_v2 RENAME TO loaded_model;`,
-  // scoped keys (issue 14): what a key may call. Keys made before scopes existed were full admin keys and stay so.
+  // scoped keys: what a key may call. Keys made before scopes existed were full admin keys and stay so.
   `ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin' CHECK (scope IN ('admin', 'inference'));`,
-  // pinned downloads (issue 14): the hub commit a download fetches, so a resume after a restart asks for the same
+  // pinned downloads: the hub commit a download fetches, so a resume after a restart asks for the same
   // bytes even when the branch has moved on. Null: not pinned yet (the next request pins it).
   `ALTER TABLE models ADD COLUMN revision TEXT CHECK (revision IS NULL OR length(revision) = 40);`,
-  // transfers as fields (issue 11): a transfer is kept as its checked fields and its signature, not as the JSON text of its envelope,
+  // transfers as fields: a transfer is kept as its checked fields and its signature, not as the JSON text of its envelope,
   // which was re-read without validation. The envelope is rebuilt from them and checked again before it goes out.
   `CREATE TABLE wallet_transfers_v6 (
      id TEXT PRIMARY KEY,

@@ -1,4 +1,4 @@
-// Credits are integer micro-credits everywhere behind the HTTP edge (CONTRACT §1); the edge, and messages for people,
+// Credits are integer micro-credits everywhere behind the HTTP edge; the edge, and messages for people,
 // convert with these and nothing else.
 
 export const MICRO_PER_CREDIT = 1_000_000

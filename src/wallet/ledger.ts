@@ -5,7 +5,7 @@ import { InsufficientCreditsError } from '../errors.ts'
 import { inTransaction, type Database } from '../store/index.ts'
 import { formatCredits } from './credits.ts'
 
-/** CONTRACT §6: a new node starts with 100 credits. */
+/** A new node starts with 100 credits. */
 export const GRANT_MICRO = 100_000_000
 /** The CHECK constraint's ceiling: above 2^53 a JSON number (and node:sqlite's number) is no longer exact. */
 const MAX_BALANCE_MICRO = Number.MAX_SAFE_INTEGER
@@ -78,7 +78,7 @@ export interface LedgerEvents {
 export type ReceiveResult = 'applied' | 'duplicate' | 'conflict' | 'over_limit'
 
 /**
- * The node's credits in SQLite (CONTRACT §6, §8). Every rule is enforced in one IMMEDIATE transaction here, with a
+ * The node's credits in SQLite. Every rule is enforced in one IMMEDIATE transaction here, with a
  * constraint behind it: the balance never goes below zero (`UPDATE … WHERE balance >= …`, CHECK), a transfer id is
  * applied at most once on each side (PRIMARY KEY), the grant happens once (a unique partial index). The transaction
  * log is append-only: nothing here updates or deletes a transaction.
@@ -244,7 +244,7 @@ export class Ledger {
     })
   }
 
-  /** CONTRACT §6: the 100-credit grant, once per database; the unique index on grant rows stops a second one. */
+  /** The 100-credit grant, once per database; the unique index on grant rows stops a second one. */
   #ensureGrant (): void {
     inTransaction(this.#db, () => {
       if (this.#findGrant.get() != null) return

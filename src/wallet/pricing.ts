@@ -1,4 +1,4 @@
-// The price a serving node asks per 1,000 generated tokens (issue 5 §2). Generating one token reads every weight of
+// The price a serving node asks per 1,000 generated tokens. Generating one token reads every weight of
 // the model once (token generation is memory-bound), so the energy of a token grows with the bytes of the weights,
 // which is the model's parameter count times the bits per weight of its quantization. That energy, priced at the
 // node's own `electricity_cost` and `electricity_margin`, is the price; docs/API.md, Wallet states the formula.
@@ -25,7 +25,7 @@ const BITS_PER_WEIGHT: Readonly<Record<string, number>> = {
 }
 const DEFAULT_BITS_PER_WEIGHT = 8
 
-/** What pricing needs of a model record (CONTRACT §3 fields). */
+/** What pricing needs of a model record. */
 export interface PricedModel {
   sizeBytes: number | null
   /** e.g. `Q4_K_M`; case-insensitive. */

@@ -6,7 +6,7 @@ import type { NodeIdentity } from '../identity/index.ts'
 export const DEFAULT_SOLANA_RPC_URL = 'https://api.mainnet-beta.solana.com'
 const LAMPORTS_PER_SOL = 1_000_000_000
 
-/** CONTRACT §8 / spec §2.8. `balance` is SOL, null when the endpoint did not answer. */
+/** The on-chain status of the node's address. `balance` is SOL, null when the endpoint did not answer. */
 export interface SolanaStatus {
   address: string
   balance: number | null
@@ -33,7 +33,7 @@ async function loadKit (): Promise<SolanaKit> {
   return await kit
 }
 
-/** The node's on-chain address (CONTRACT §6): its Ed25519 public key, base58-encoded as Solana writes addresses. */
+/** The node's on-chain address: its Ed25519 public key, base58-encoded as Solana writes addresses. */
 export async function solanaAddress (identity: NodeIdentity): Promise<string> {
   const { getAddressDecoder } = await loadKit()
   return getAddressDecoder().decode(identity.publicKey)

@@ -5,7 +5,7 @@ import { NodeID, type NodeIdentity } from '../identity/index.ts'
 import { ProtocolError, openEnvelope, reopenEnvelope, requestPeer, serveRequest, signEnvelope, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
 
 /**
- * Credit transfers between nodes (CONTRACT §6, §8). The payer signs a transfer and delivers it, again and again
+ * Credit transfers between nodes. The payer signs a transfer and delivers it, again and again
  * until the payee acknowledges it; the payee applies each transfer id at most once and acknowledges every copy.
  * One stream carries one batch: the payer sends `{transfers}` and half-closes, the payee answers `{acks}` in the
  * same order and closes. New version on any wire change.

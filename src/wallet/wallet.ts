@@ -81,7 +81,7 @@ export interface CreditHold {
 }
 
 /**
- * The node's wallet (spec §2.5–2.8, CONTRACT §6, §8): sends and inference payments become signed transfers,
+ * The node's wallet: sends and inference payments become signed transfers,
  * debited at once and delivered by the outbox until the payee acknowledges; transfers from peers are verified and
  * credited at most once. Amounts are integer micro-credits throughout.
  */
@@ -141,7 +141,7 @@ export class Wallet {
     return this.#ledger.totals()
   }
 
-  /** Newest first; `limit` 1 to 500 (CONTRACT §8), after skipping the `offset` newest (pages, an addition). */
+  /** Newest first; `limit` 1 to 500, after skipping the `offset` newest (pages, an addition). */
   transactions (limit: number, offset = 0): WalletTransaction[] {
     checkPage(limit, offset)
     return this.#ledger.transactions(limit, offset)
@@ -260,7 +260,7 @@ export class Wallet {
   }
 }
 
-/** A page of a list: `limit` 1 to 500 (CONTRACT §8), after skipping `offset`. */
+/** A page of a list: `limit` 1 to 500, after skipping `offset`. */
 function checkPage (limit: number, offset: number): void {
   if (!Number.isInteger(limit) || limit < 1 || limit > 500) throw new InvalidInputError(`limit must be an integer from 1 to 500, not ${limit}`, 'limit')
   if (!Number.isSafeInteger(offset) || offset < 0) throw new InvalidInputError(`offset must be a whole number from 0, not ${offset}`, 'offset')

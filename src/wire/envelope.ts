@@ -28,7 +28,7 @@ export const SignedEnvelope = z.object({
 
 /**
  * Signs the canonical JSON of `value`: the primitive under envelopes and under the PTN's documents (certificates and
- * invites, whose text form the CONTRACT fixes). Whatever is signed must survive a JSON round trip unchanged.
+ * invites, which have a text form of their own). Whatever is signed must survive a JSON round trip unchanged.
  */
 export function signCanonical (identity: NodeIdentity, value: unknown): Uint8Array {
   return identity.sign(new TextEncoder().encode(canonicalJson(value)))

@@ -29,7 +29,7 @@ export interface OpenOptions {
 
 /**
  * Opens `protocol` to `nodeID` within a deadline. Throws the caller's abort reason, NotFoundError for a node that is
- * not a peer, and UnavailableError naming the peer for anything else (CONTRACT §2: peer unreachable is a 503).
+ * not a peer, and UnavailableError naming the peer for anything else (a 503 at the HTTP edge: the peer is unreachable).
  */
 export async function openPeerStream (peers: PeerStreams, nodeID: string, protocol: string, options: OpenOptions = {}): Promise<Stream> {
   const timeoutMs = options.openTimeoutMs ?? DEFAULT_OPEN_TIMEOUT_MS

@@ -1,4 +1,4 @@
-// Issue 7 acceptance on real nodes: two nodes and a relay on loopback, B with the generated tiny model loaded. B's agent
+// The agent's acceptance test on real nodes: two nodes and a relay on loopback, B with the generated tiny model loaded. B's agent
 // appears in A's directory; A talks to it; B answers with its model; both nodes file the same conversation; a restart
 // keeps it. The CLI drives the same endpoints.
 import assert from 'node:assert/strict'

@@ -1,4 +1,4 @@
-// Issue 11: an agent message is a generation a peer asks for, and passes the serving policy like a chat request over
+// An agent message is a generation a peer asks for, and passes the serving policy like a chat request over
 // the infer protocol: `inference_backend: peers` serves no peer, and `org_capacity_reservation` keeps slots for PTN
 // members. (Before, the agent called the engine directly and skipped both.)
 import assert from 'node:assert/strict'

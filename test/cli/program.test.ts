@@ -1,5 +1,5 @@
 // The CLI's shape, checked on the program itself: every command that talks to a node takes the same options, so
-// `--data-dir` (where the admin-token is) and `--url` work everywhere (issue 10, CLI consistency).
+// `--data-dir` (where the admin-token is) and `--url` work everywhere (CLI consistency).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { Command } from 'commander'

@@ -1,4 +1,4 @@
-// Issue 10: the PID a user (or systemd, Docker, pm2) starts is the one they signal. bin/meshnode.js under the
+// The PID a user (or systemd, Docker, pm2) starts is the one they signal. bin/meshnode.js under the
 // system Node and `npm start` must stop the node itself, gracefully, and free its port.
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'

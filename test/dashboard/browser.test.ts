@@ -1,4 +1,4 @@
-// The dashboard in a real headless Chromium (issue 16's acceptance), against real nodes: one browser for the whole
+// The dashboard in a real headless Chromium (the acceptance test), against real nodes: one browser for the whole
 // file, a fresh context (cookies, storage) per test. Skipped, saying why, where no Chromium is installed.
 import { after, before, test } from 'node:test'
 import type { TestContext } from 'node:test'

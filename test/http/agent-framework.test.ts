@@ -1,4 +1,4 @@
-// Issue 12: a real agent framework end to end against a running node. The Vercel AI SDK (`ai` with its
+// A real agent framework end to end against a running node. The Vercel AI SDK (`ai` with its
 // OpenAI-compatible provider, as users point it at a local server) runs a two-step tool loop: a call to the tool it
 // names, the tool executed with the parsed input, its result sent back in the tool message, and a text answer.
 import { test } from 'node:test'

@@ -17,7 +17,7 @@ test('GET /health answers the contract shape without a key', async (t) => {
   assert.ok(res.headers.get('x-request-id'))
 })
 
-test('GET /v1/app is the full snapshot of CONTRACT §3', async (t) => {
+test('GET /v1/app is the full snapshot', async (t) => {
   const { api, nodeID, node } = await startTestNode(t, { name: 'alice' })
   const res = await api.get('/v1/app')
   assert.equal(res.status, 200)
@@ -33,7 +33,7 @@ test('GET /v1/app is the full snapshot of CONTRACT §3', async (t) => {
   assert.deepEqual(Object.keys(app.peers).sort(), ['lan', 'wan'])
   assert.equal(typeof app.wallet.currentBalance, 'number')
   assert.equal(typeof app.ptn.memberships, 'number')
-  assert.equal(Object.keys(app.settings).length, 15) // the spec's 14 plus solana_rpc_url (issue 5)
+  assert.equal(Object.keys(app.settings).length, 15) // 14 settings plus solana_rpc_url (an addition)
 })
 
 test('unknown routes answer 404 in the envelope (a known path with another method is a 405: test/http/hygiene.test.ts)', async (t) => {

@@ -1,4 +1,4 @@
-// Issue 11 item 7, streams that behave: SSE writes respect backpressure, so a client that reads slowly (or not at
+// Streams that behave: SSE writes respect backpressure, so a client that reads slowly (or not at
 // all) never grows the node's memory without bound, and the node answers a stream it can wait on in full.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'

@@ -1,4 +1,4 @@
-// Issue 12, POST /v1/completions (legacy text completion) through the official openai client on the tiny GGUF.
+// POST /v1/completions (legacy text completion) through the official openai client on the tiny GGUF.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'

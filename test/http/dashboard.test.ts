@@ -9,7 +9,7 @@ import { DASHBOARD_DIR } from '../../src/config.ts'
 import { bareHttpApp } from '../support/bare-app.ts'
 import { startTestNode, tempDir } from '../support/node.ts'
 
-/** The budget for the JavaScript sent to the browser, gzipped. */
+/** The budget for the JavaScript sent to the browser, gzipped. */
 const JS_BUDGET_BYTES = 200 * 1024
 
 function assets (): string[] {

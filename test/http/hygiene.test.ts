@@ -1,4 +1,4 @@
-// Connection hygiene (issue 14): slow clients are cut, one address cannot hold every socket, every refusal is in the
+// Connection hygiene: slow clients are cut, one address cannot hold every socket, every refusal is in the
 // envelope, a wrong method is a 405 with Allow, HEAD is GET without a body, and a client leaving is not an error.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'

@@ -1,4 +1,4 @@
-// Issue 10: a GGUF the user already has, registered in place (POST /v1/app/models/import), loaded, and served here
+// A GGUF the user already has, registered in place (POST /v1/app/models/import), loaded, and served here
 // and to peers; it is never copied, never evicted and not counted against max_storage_gb.
 import OpenAI from 'openai'
 import { test } from 'node:test'

@@ -103,7 +103,7 @@ test('download sends progress events, verifies the sha256, and the model loads, 
   assert.ok(streamed.length > 0)
   assert.equal(streamed, whole.choices[0].message.content)
 
-  // Spec §4.3: no body. A client that still says application/json with an empty body is answered the same.
+  // Unload takes no body. A client that still says application/json with an empty body is answered the same.
   const unload = await api.post('/v1/app/models/unload')
   assert.equal(unload.status, 200, JSON.stringify(unload.body))
   assert.deepEqual(unload.body, { status: 'unloaded', modelID: MODEL })

@@ -1,4 +1,4 @@
-// allow_network_access opens the API to the network at once and closes it again (issue 14), optionally over TLS.
+// allow_network_access opens the API to the network at once and closes it again, optionally over TLS.
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFile, spawn, spawnSync } from 'node:child_process'

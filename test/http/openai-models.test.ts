@@ -1,4 +1,4 @@
-// Issue 12, models as clients see them: /v1/models lists what is downloaded as well as what is loaded, a request
+// Models as clients see them: /v1/models lists what is downloaded as well as what is loaded, a request
 // loads the model it names (swapping out the current one once its generations finish), and a model nobody has is a
 // 404 naming it, in every OpenAI endpoint.
 import { test } from 'node:test'

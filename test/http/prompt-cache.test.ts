@@ -4,7 +4,7 @@ import OpenAI from 'openai'
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
 
-// Issue 13's acceptance, through the API as clients see it: the next turn of a conversation reports the tokens it
+// The prompt cache's acceptance test, through the API as clients see it: the next turn of a conversation reports the tokens it
 // reused in usage.prompt_tokens_details.cached_tokens, and a request made with another API key never reuses them.
 
 test('a multi-turn conversation reuses its prefix within one API key and never across keys', async (t) => {

@@ -1,4 +1,4 @@
-// Issue 12: POST /v1/tokenize and /v1/detokenize, and logit_bias, on the tiny GGUF.
+// POST /v1/tokenize and /v1/detokenize, and logit_bias, on the tiny GGUF.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'

@@ -1,4 +1,4 @@
-// Issue 12, tools: function calling through the official openai client on the generated tiny GGUF. The tiny model's
+// Tools: function calling through the official openai client on the generated tiny GGUF. The tiny model's
 // weights are random, so it never chooses a call by itself (`auto` answers in text); `required` and a named tool
 // make it call one, and the grammar makes its arguments valid against the tool's schema whatever it would write.
 import { test } from 'node:test'

@@ -1,4 +1,4 @@
-// Issue 14, the critical defect: no chat request, and nothing a peer asks for, may end the node. The request that used
+// No chat request, and nothing a peer asks for, may end the node. The request that used
 // to kill it (a grammar with a temperature around 1e-40), sent locally and through a peer; and a failure injected at
 // llama.cpp's sampling boundary while two generations share a batch, which must end only the one it hit.
 import { test, type TestContext } from 'node:test'

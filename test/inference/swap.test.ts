@@ -1,4 +1,4 @@
-// Swapping models for a request (issue 12): a load with whenIdle lets the current model's admitted requests finish,
+// Swapping models for a request: a load with whenIdle lets the current model's admitted requests finish,
 // requests that arrive meanwhile wait for the new model, and a request placed on the old one is told it was swapped.
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'

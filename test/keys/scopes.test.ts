@@ -36,7 +36,7 @@ test('an inference key can chat and list models, and gets 403 permission_error o
   assert.equal(created.status, 200)
   assert.equal(created.body.scope, 'inference')
   const admin = (await api.post('/v1/app/apikeys', { name: 'owner' })).body
-  assert.equal(admin.scope, 'admin', 'admin is the default, the spec\'s behaviour')
+  assert.equal(admin.scope, 'admin', 'admin is the default')
   assert.equal((await api.patch('/v1/app/settings', { allow_network_access: true })).status, 200)
 
   const openai = new OpenAI({ baseURL: `${node.url}/v1`, apiKey: created.body.key, maxRetries: 0, timeout: 60_000 })

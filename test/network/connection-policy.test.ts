@@ -1,4 +1,4 @@
-// The connection limit and duplicate connections (issue 15), in one process: the rule both sides of a doubled
+// The connection limit and duplicate connections, in one process: the rule both sides of a doubled
 // connection apply alone, and eight nodes held to four connections each, one of which reaches a node it is not
 // connected to on demand; and each node's join (its advert syncs) ends. The same at 100 nodes: test/network/scale.test.ts.
 import assert from 'node:assert/strict'

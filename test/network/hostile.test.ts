@@ -82,7 +82,7 @@ test('hostile peers: malformed, oversized, invalid and unsigned or forged messag
 
   const forgeries: Array<[string, (hostile: Hostile) => unknown]> = [
     ['a valid signature over other content', (hostile) => ({ ...signCapabilities(hostile.identity, record(hostile.identity)), body: record(hostile.identity, { pricePer1kTokensMicro: 1 }) })],
-    // Issue 14: signed, but with more certificates than a record may carry (a node of ours never sends one).
+    // Signed, but with more certificates than a record may carry (a node of ours never sends one).
     ['with more PTN certificates than a record carries', (hostile) => signCapabilities(hostile.identity, record(hostile.identity, { ptnCertificates: Array.from({ length: MAX_ADVERTISED_CERTIFICATES + 1 }, (_, i) => `cert-${i}`) }))]
   ]
   for (const [name, forge] of forgeries) {

@@ -1,4 +1,4 @@
-// Issue 12 item 6: tools, embeddings and text completions served by a peer, through the relay, in the three-node
+// Tools, embeddings and text completions served by a peer, through the relay, in the three-node
 // test, through the official openai client against a node that does not have the model. Every answer is compared
 // with the same request answered locally by the serving peer: the peer path changes nothing in it.
 import { test, type TestContext } from 'node:test'

@@ -1,4 +1,4 @@
-// Issue 11 item 1: the peer table is fed by libp2p's connection `rtt` and by the records peers push when they change
+// The peer table is fed by libp2p's connection `rtt` and by the records peers push when they change
 // (a version number), never by a heartbeat of our own: a peer's record is fetched once, when it connects.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'

@@ -1,4 +1,4 @@
-// Many relays (issue 15): `wan_relay_url` names one relay or several separated by commas; a node holds reservations on
+// Many relays: `wan_relay_url` names one relay or several separated by commas; a node holds reservations on
 // two, learns relays from its peers' addresses, and losing one relay isolates nobody.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'

@@ -1,4 +1,4 @@
-// A network of 100 nodes on loopback (issue 15), the network layer only (light nodes: a real PeerNetwork each, a
+// A network of 100 nodes on loopback, the network layer only (light nodes: a real PeerNetwork each, a
 // stand-in engine behind the real infer protocol and router), spread over four processes: connections per node never
 // above the limit (sampled every 100 ms in each process), idle traffic per node no faster than O(log N) from 25 nodes
 // to 100, a new model's advert reaches 95 % of the nodes by gossip, and a request for a model exactly one node serves
@@ -13,7 +13,7 @@ import { LightCluster } from '../support/light-cluster.ts'
 import { waitFor } from '../support/node.ts'
 
 const N = 100
-/** The network the idle traffic of the one of N is compared with: a quarter the size, as 50 is of 200 in issue 15. */
+/** The network the idle traffic of the one of N is compared with: a quarter the size, as 50 is of 200. */
 const SMALL_N = N / 4
 const MAX_CONNECTIONS = 10
 const MODEL = 'one-node-model'

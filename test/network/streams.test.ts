@@ -1,4 +1,4 @@
-// Issue 11 item 7: a chat placed on a peer opens its stream at once, and a client that leaves while the peer has not
+// A chat placed on a peer opens its stream at once, and a client that leaves while the peer has not
 // started is an outcome logged once, not a 500 with a stack.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'

@@ -1,4 +1,4 @@
-// Issue 6 item 6: peers present certificates in their capability records; a request naming a PTN runs only locally
+// Peers present certificates in their capability records; a request naming a PTN runs only locally
 // or on verified members; org_capacity_reservation keeps slots for members; expired or forged certificates count for
 // nothing.
 import assert from 'node:assert/strict'

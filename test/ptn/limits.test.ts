@@ -1,4 +1,4 @@
-// Issue 14 item 2: a node in more PTNs than a capability record carries certificates for. Before, a 33rd membership
+// A node in more PTNs than a capability record carries certificates for. Before, a 33rd membership
 // made the node's record one that peers refuse: they hung up, sends answered 404 and debited transfers stayed pending.
 // Now the record carries the certificates peers need most (MAX_ADVERTISED_CERTIFICATES), and memberships past
 // MAX_PTN_MEMBERSHIPS are refused with a 409.

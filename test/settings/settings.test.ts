@@ -40,7 +40,7 @@ test('every setting can be changed, and all persist across a restart', async (t)
   assert.deepEqual((await second.api.get('/v1/app')).body.settings, { ...expected, cluster_passcode: SECRET_MASK })
   const stored = second.node.db.prepare("SELECT value FROM settings WHERE key = 'cluster_passcode'").get() as { value: string }
   assert.equal(JSON.parse(stored.value), VALID_CHANGES.cluster_passcode)
-  // The spec's 14 plus solana_rpc_url (issue 5). allow_network_access is not in VALID_CHANGES: switching it on
+  // 14 settings plus solana_rpc_url (an addition). allow_network_access is not in VALID_CHANGES: switching it on
   // makes the key mandatory, covered in the guards tests.
   assert.equal(Object.keys(expected).length, 15)
 })

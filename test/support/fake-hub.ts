@@ -1,6 +1,6 @@
-// A local stand-in for the Hugging Face hub (STYLE §11: at the outer edge, a local HTTP server with fixtures), with
+// A local stand-in for the Hugging Face hub (tests fake only the outer edge, with a local HTTP server and fixtures), with
 // the hub's own shapes: repo info under /api/models, files under /resolve/<revision>/ that 302 to a CDN for LFS files,
-// and fault injection for the downloader's resume, retry and integrity paths. Like the real hub (issue 14): every
+// and fault injection for the downloader's resume, retry and integrity paths. Like the real hub: every
 // addFile is a new commit, named by X-Repo-Commit and fetchable by its sha; a renamed repo answers a relative 307 to
 // its new name without X-Linked-*; refusals carry X-Error-Code, and a missing repo is a 401 to an anonymous client;
 // a rate limit is a 429 with `RateLimit: "api";r=0;t=N` and no Retry-After.

@@ -1,4 +1,4 @@
-// A local stand-in for the npm registry (STYLE §11: at the outer edge, a local HTTP server with fixtures), serving
+// A local stand-in for the npm registry (tests fake only the outer edge, with a local HTTP server and fixtures), serving
 // packages made in the test, so that `meshnode gpu install` runs the real npm client without the network.
 import { createHash } from 'node:crypto'
 import { createServer } from 'node:http'

@@ -1,4 +1,4 @@
-// Many nodes in one process, the network layer only (issue 15): each a real `PeerNetwork` (libp2p host, admission,
+// Many nodes in one process, the network layer only: each a real `PeerNetwork` (libp2p host, admission,
 // peer table, record advertiser, WAN presence) with a static settings object and no engine, HTTP or database. What a
 // node serves is a stand-in record part; a request is answered by a stand-in infer handler. For tests at N = 100 and
 // the bench (bench/network-scale.ts).

@@ -1,5 +1,5 @@
 // A tiny random-weight llama model written by our own GGUF writer, so tests load a real model through node-llama-cpp
-// without downloading anything (STYLE §11: the generated tiny GGUF instead of mocks of the engine).
+// without downloading anything (the generated tiny GGUF instead of mocks of the engine).
 import { createHash } from 'node:crypto'
 import { writeFile } from 'node:fs/promises'
 

@@ -1,4 +1,4 @@
-// Issue 11: a payee that refuses a transfer gets it again after the outbox's backoff, or when it comes back online,
+// A payee that refuses a transfer gets it again after the outbox's backoff, or when it comes back online,
 // and at no other time. Before, every heartbeat's record update sent it again (and rewrote its row) every 10 s.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'

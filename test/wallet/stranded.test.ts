@@ -1,4 +1,4 @@
-// Issue 14 item 2: a transfer stranded by a payee that cannot take it is reported with the payee named (it used to say
+// A transfer stranded by a payee that cannot take it is reported with the payee named (it used to say
 // "unreachable: undefined"), listed by GET /v1/app/wallet/pending, and delivered when the payee comes back online.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'

@@ -10,7 +10,7 @@ export class UsageError extends Error {
   override name = 'UsageError'
 }
 
-/** Adds the options every client command takes (CONTRACT §10) and returns the command for chaining. */
+/** Adds the options every client command takes and returns the command for chaining. */
 export function withClientOptions (command: Command): Command {
   return command
     .option('--port <port>', 'port of the local node (default 11435)', portOption('--port'))

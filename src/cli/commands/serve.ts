@@ -119,7 +119,7 @@ export function registerServe (program: Command): void {
         stop(pending)
       }
       watchLauncher(() => { stop('launcher gone') })
-      // The last resort (issue 14): every engine call and peer stream is guarded where it runs, so reaching here means
+      // The last resort: every engine call and peer stream is guarded where it runs, so reaching here means
       // state we cannot vouch for. Log it, close what can be closed in a few seconds, and exit non-zero so that a
       // supervisor (systemd, Docker, pm2) starts a clean node, rather than serving on in an unknown state.
       const running = node

@@ -11,7 +11,7 @@ export interface AgentRoutesOptions {
   agent: AgentService
 }
 
-/** Spec §4.7: this node's agent, the agents of its peers, and conversations with them. */
+/** This node's agent, the agents of its peers, and conversations with them. */
 export const agentRoutes: FastifyPluginAsyncZod<AgentRoutesOptions> = async (app, { agent }) => {
   const tags = ['agent']
 

@@ -14,7 +14,7 @@ export const appStateRoutes: FastifyPluginAsyncZod<AppStateOptions> = async (app
 
   // The body schema is the settings domain's own (one definition of what a setting may be), so the OpenAPI document
   // lists every key; the store checks it again with the cross-field rules (wan_enabled needs a relay URL). Secrets
-  // are write-only: the answer masks them (issue 14).
+  // are write-only: the answer masks them.
   app.patch('/v1/app/settings', {
     schema: { summary: 'Change settings (all or none)', tags: ['app'], body: SettingsPatch, response: { 200: SettingsObject, ...errorResponses } }
   }, async (request) => redactSettings(settings.update(request.body)))

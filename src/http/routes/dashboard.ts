@@ -1,4 +1,4 @@
-// The dashboard (issue 16): the files Vite built into dashboard/dist, served by the node itself at `/`, so the page
+// The dashboard: the files Vite built into dashboard/dist, served by the node itself at `/`, so the page
 // and the API share one origin (no CORS) and the Host and Origin guards cover both.
 import { createHash } from 'node:crypto'
 import { readdirSync, readFileSync } from 'node:fs'

@@ -50,7 +50,7 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
     return { status: 'loaded' as const, modelID: loaded.modelID, contextLength: loaded.contextLength }
   })
 
-  // Spec §4.3: no body. Clients that send `Content-Type: application/json` with an empty body (many do for a bare
+  // Unload takes no body. Clients that send `Content-Type: application/json` with an empty body (many do for a bare
   // POST) would get fastify's "empty JSON body" 400, so this one route reads an empty JSON body as no body.
   await app.register(async (scope) => {
     // fastify's own JSON parser (prototype-poisoning checks included), which answers through its callback

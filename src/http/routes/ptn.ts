@@ -7,7 +7,7 @@ import {
 } from '../schemas/ptn.ts'
 import { clientGone } from '../sse.ts'
 
-/** Spec §4.5: private trusted networks. Steps that reach other nodes stop when the client goes away. */
+/** Private trusted networks. Steps that reach other nodes stop when the client goes away. */
 export const ptnRoutes: FastifyPluginAsyncZod<{ ptn: PtnService }> = async (app, { ptn }) => {
   const tags = ['ptn']
   /** The steps that add a membership in effect. */

@@ -18,7 +18,7 @@ const DASHBOARD_PATH = '/'
 const LINK_FAILED_PATH = '/#/sign-in?link=expired'
 
 /**
- * Dashboard sign-in (issue 16): an API key typed into the page, or a one-time link from `meshnode dashboard`, becomes
+ * Dashboard sign-in: an API key typed into the page, or a one-time link from `meshnode dashboard`, becomes
  * an HttpOnly, SameSite=Strict session cookie. Neither the key nor a token is ever put in storage the page can read,
  * and the link's token leaves the address bar with the redirect that redeems it.
  */

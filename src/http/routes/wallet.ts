@@ -44,7 +44,7 @@ export const walletRoutes: FastifyPluginAsyncZod<WalletRoutesOptions> = async (a
     }
   })
 
-  // Spec §4.6 writes the on-chain path as the neutral `chain`; the bridge targets Solana, so both names answer.
+  // The on-chain status answers under two names: the neutral `chain`, and `solana`, the chain the bridge targets.
   for (const url of ['/v1/app/wallet/solana', '/v1/app/wallet/chain']) {
     app.get(url, { schema: { summary: 'On-chain (Solana) address and balance', tags, response: { 200: ChainStatus, ...errors } } }, async () => await solana.status())
   }

@@ -4,14 +4,14 @@ import {
 } from '../../agent/index.ts'
 import { IsoTime, SNAKE_ALIASES, withAliases } from './common.ts'
 
-// Spec §2.10, §2.11 and §4.7, plus PATCH /v1/app/agent/profile, GET /v1/app/agent/conversations/{id} and
-// POST /v1/app/agent/conversations (docs/API.md, Agent). Bodies accept the snake_case aliases of CONTRACT §1.
+// The /v1/app/agent routes (docs/API.md, Agent): this node's profile, the directory of peers' agents, and
+// conversations with them. Bodies accept the snake_case aliases older clients send.
 
 // Only the aliases of these bodies' own fields: SNAKE_ALIASES also maps `model`, which the profile must refuse as unknown.
 const PROFILE_ALIASES = { system_prompt: 'systemPrompt' } as const
 const SEND_ALIASES = { peer_id: SNAKE_ALIASES.peer_id, conversation_id: 'conversationID' } as const
 
-/** Spec §2.10, plus `systemPrompt` (this node's own profile only; never advertised). */
+/** This node's agent profile, with `systemPrompt` (this node's own profile only; never advertised). */
 export const AgentProfile = z.object({
   nodeID: z.string(),
   name: z.string(),
@@ -34,7 +34,7 @@ export const AgentProfilePatch = withAliases(z.strictObject({
     .optional()
 }), PROFILE_ALIASES)
 
-/** Spec §2.10: a peer's agent. */
+/** A peer's agent. */
 export const DirectoryEntry = z.object({
   nodeID: z.string(),
   name: z.string(),
@@ -51,7 +51,7 @@ export const DirectoryQuery = z.object({
   capability: z.string().trim().min(1).max(MAX_AGENT_CAPABILITY_CHARS).optional().describe('only agents with this capability (any case)')
 })
 
-/** Spec §2.11. */
+/** A conversation with a peer's agent. */
 export const Conversation = z.object({
   id: z.string(),
   peerID: z.string(),

@@ -19,7 +19,7 @@ export const DownloadProgress = z.object({
   message: z.string().nullable().describe('why no bytes flow now, e.g. "rate limited, resuming in 55 s"; null while they do')
 })
 
-/** CONTRACT §3: a model as listings show it. */
+/** A model as listings show it. */
 export const ModelRecord = z.object({
   modelID: z.string(),
   name: z.string(),
@@ -47,7 +47,7 @@ export const AppSnapshot = z.object({
     cpu: z.string(),
     cores: z.number(),
     memoryGB: z.number(),
-    /** What llama.cpp runs on (issue 10): the backend asked for and used, its devices and VRAM, or why the CPU. */
+    /** What llama.cpp runs on: the backend asked for and used, its devices and VRAM, or why the CPU. */
     gpu: z.object({
       requested: z.enum(['auto', 'cuda', 'vulkan', 'metal', 'off']),
       backend: z.enum(['cuda', 'vulkan', 'metal', 'cpu']).nullable(),

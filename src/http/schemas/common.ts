@@ -28,7 +28,7 @@ export const IsoTime = z.string().describe('ISO 8601 UTC date-time')
 
 /**
  * A whole number in a query string, written in decimal digits only: `0x10`, `1e3`, `5.0`, ` 5` and `+5`, which
- * `Number()` would read, are 400 rather than guesses (issue 14).
+ * `Number()` would read, are 400 rather than guesses.
  */
 export function queryInteger (min: number, max: number) {
   return z.string().regex(/^\d{1,15}$/, { message: 'must be a whole number in decimal digits' })
@@ -36,7 +36,7 @@ export function queryInteger (min: number, max: number) {
 }
 
 /**
- * CONTRACT §1: request bodies also accept the snake_case names older clients send. Renames `aliases` keys to their
+ * Request bodies also accept the snake_case names older clients send. Renames `aliases` keys to their
  * camelCase field before validation, unless the camelCase field is present too (it wins).
  */
 export function withAliases<T extends z.ZodType> (schema: T, aliases: Record<string, string>) {
@@ -53,7 +53,7 @@ export function withAliases<T extends z.ZodType> (schema: T, aliases: Record<str
   }, schema)
 }
 
-/** The snake_case aliases of CONTRACT §1. */
+/** The snake_case aliases request bodies accept, as older clients send them. */
 export const SNAKE_ALIASES = {
   ptn_id: 'ptnID',
   node_id: 'nodeID',

@@ -4,7 +4,7 @@ import { MAX_MODEL_ID_LENGTH } from '../../models/index.ts'
 import { DownloadProgress, ModelRecord } from './app.ts'
 import { SNAKE_ALIASES, withAliases } from './common.ts'
 
-/** `{modelID}`, also spelled `model_id` or `model` (CONTRACT §1). What an id may be is the model store's to judge. */
+/** `{modelID}`, also spelled `model_id` or `model` (the snake_case aliases older clients send). What an id may be is the model store's to judge. */
 export const ModelIDBody = withAliases(z.object({ modelID: z.string().min(1).max(MAX_MODEL_ID_LENGTH) }), SNAKE_ALIASES)
 
 /** A file path: as long as any file system allows. */

@@ -4,7 +4,7 @@ import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS
 
 // The OpenAI wire shapes we accept and answer: chat completions, text completions, embeddings, models, and
 // llama-server's tokenize/detokenize. Unknown request keys are ignored, as OpenAI does; known keys whose values we
-// cannot honour are refused by the route, naming the parameter (CONTRACT §1).
+// cannot honour are refused by the route, naming the parameter.
 
 const ModelName = z.string().min(1).max(512)
 

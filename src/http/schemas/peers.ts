@@ -1,7 +1,7 @@
 import { z } from 'zod'
 import { IsoTime } from './common.ts'
 
-/** CONTRACT §6: a peer as `GET /v1/app/peers` lists it. */
+/** A peer as `GET /v1/app/peers` lists it. */
 export const PeerEntry = z.object({
   nodeID: z.string(),
   name: z.string(),

@@ -2,7 +2,8 @@ import { z } from 'zod'
 import { PTN_ROLES } from '../../ptn/index.ts'
 import { SNAKE_ALIASES, withAliases } from './common.ts'
 
-// Spec §2.2–§2.4 and §4.5, plus POST /v1/app/ptn/join. Bodies accept the snake_case aliases of CONTRACT §1.
+// Private trusted networks: the /v1/app/ptn routes (docs/API.md, Private trusted networks). Bodies accept the
+// snake_case aliases older clients send.
 
 /** Hex of an Ed25519 public key, in either case (as the OpenAPI pattern says); lowercased before use. */
 function hexKey (what: string) {

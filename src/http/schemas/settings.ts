@@ -1,7 +1,7 @@
 import { z } from 'zod'
 import { INFERENCE_BACKENDS, LANGUAGES } from '../../settings/index.ts'
 
-/** The full settings object of spec §2.1, as every response carries it. */
+/** The full settings object, as every response carries it. */
 export const SettingsObject = z.object({
   cluster_enabled: z.boolean(),
   wan_enabled: z.boolean(),

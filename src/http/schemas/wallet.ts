@@ -2,7 +2,7 @@ import { z } from 'zod'
 import { MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, MICRO_PER_CREDIT, creditsToMicro, microToCredits, type PendingTransfer as LedgerPendingTransfer, type WalletTransaction as LedgerTransaction } from '../../wallet/index.ts'
 import { IsoTime, SNAKE_ALIASES, queryInteger, withAliases } from './common.ts'
 
-// Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it (CONTRACT §1).
+// Credits cross the HTTP edge as JSON numbers and are integer micro-credits everywhere behind it.
 /** The most one send may move: 10^9 credits (the transfer protocol's limit). */
 export const MAX_SEND_CREDITS = MAX_TRANSFER_MICRO / MICRO_PER_CREDIT
 export const MAX_MEMO_CHARS = MAX_TRANSFER_MEMO_CHARS
@@ -12,7 +12,7 @@ function wholeMicro (credits: number): boolean {
   return creditsToMicro(credits) / MICRO_PER_CREDIT === credits
 }
 
-/** Spec §2.5, plus `pendingTransfers` (an addition): sends and payments debited here that the payee has not acknowledged. */
+/** The wallet summary, with `pendingTransfers` (an addition): sends and payments debited here that the payee has not acknowledged. */
 export const WalletSummary = z.object({
   currentBalance: z.number(),
   totalEarned: z.number(),
@@ -22,7 +22,7 @@ export const WalletSummary = z.object({
 })
 export type WalletSummary = z.infer<typeof WalletSummary>
 
-/** Spec §2.6. `peerID` is null for the grant. */
+/** One wallet transaction. `peerID` is null for the grant. */
 export const WalletTransaction = z.object({
   id: z.string(),
   type: z.enum(['earn', 'spend', 'grant']),
@@ -47,7 +47,7 @@ export function transactionBody (transaction: LedgerTransaction): WalletTransact
 
 export const TransactionList = z.object({ transactions: z.array(WalletTransaction) })
 
-/** An addition (issue 14): a send or payment debited here that its payee has not acknowledged yet. */
+/** An addition: a send or payment debited here that its payee has not acknowledged yet. */
 export const PendingTransfer = z.object({
   id: z.string().describe('the transaction id of its `spend`'),
   peerID: z.string().describe('the payee'),
@@ -76,7 +76,7 @@ export function pendingTransferBody (transfer: LedgerPendingTransfer): PendingTr
 export const PendingTransferList = z.object({ transfers: z.array(PendingTransfer) })
 export type TransactionList = z.infer<typeof TransactionList>
 
-/** CONTRACT §8: default 20, 1 to 500, an integer; anything else is a 400 (never clamped). */
+/** `limit`: default 20, 1 to 500, an integer; anything else is a 400 (never clamped). */
 export const TransactionsQuery = z.object({
   limit: queryInteger(1, 500).default(20),
   offset: queryInteger(0, Number.MAX_SAFE_INTEGER).default(0).describe('an addition: skip this many of the newest (pages)')
@@ -89,7 +89,7 @@ export const SendBody = withAliases(z.object({
 }), SNAKE_ALIASES)
 export type SendBody = z.infer<typeof SendBody>
 
-/** Spec §2.7. */
+/** The answer to a send. */
 export const SendResult = z.object({
   transactionID: z.string(),
   amount: z.number(),
@@ -98,7 +98,7 @@ export const SendResult = z.object({
 })
 export type SendResult = z.infer<typeof SendResult>
 
-/** Spec §2.8: `balance` in SOL, null when the RPC endpoint did not answer (`disconnected`). */
+/** The on-chain status of the node's address: `balance` in SOL, null when the RPC endpoint did not answer (`disconnected`). */
 export const ChainStatus = z.object({
   address: z.string(),
   balance: z.number().nullable(),
