@@ -1,4 +1,4 @@
-// The README's first steps are commands people paste: they must name things that exist (issue 10).
+// The README's first steps are commands people paste: they must name things that exist.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'

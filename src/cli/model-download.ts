@@ -15,14 +15,11 @@ import { readSse } from './sse.ts'
 export async function download (client: ApiClient, rawID: string, quiet: boolean): Promise<ModelRecord> {
   const watching = new AbortController()
   const events = await client.fetch('GET', '/v1/app/events', undefined, watching.signal)
-  const bar = new SingleBar({
-    format: '{bar} {percentage}% | {received} of {size} | {rate} | {status}',
-    hideCursor: true,
-    stream: process.stderr
-  }, Presets.shades_classic)
-  let barStarted = false
+  // Made at the first byte, not before: a bar for a transfer not yet under way would read 0 of ?, or 100 % of nothing
+  let bar: SingleBar | null = null
+  let lastNote: string | null = null
   const onInterrupt = (): void => {
-    if (barStarted) bar.stop()
+    bar?.stop()
     process.stderr.write('\nStopped watching. The node keeps downloading; run the same command again to follow it.\n')
     watching.abort()
     process.exit(130)
@@ -38,7 +35,12 @@ export async function download (client: ApiClient, rawID: string, quiet: boolean
         if (subject == null || !sameModel(subject, modelID)) continue
         if (event === 'download.progress' && !quiet) {
           const progress = data as ModelEventData<'download.progress'>
-          const total = progress.totalBytes ?? progress.receivedBytes
+          if (bar == null && (progress.receivedBytes === 0 || progress.message != null)) {
+            // Nothing flows yet: why we wait ("HTTP 503, resuming in 2 s") is a line of its own, once
+            if (progress.message != null && progress.message !== lastNote) process.stderr.write(`  ${progress.message}\n`)
+            lastNote = progress.message
+            continue
+          }
           const payload = {
             received: shortBytes(progress.receivedBytes),
             size: progress.totalBytes == null ? '?' : shortBytes(progress.totalBytes),
@@ -46,21 +48,23 @@ export async function download (client: ApiClient, rawID: string, quiet: boolean
             // Why nothing flows ("rate limited, resuming in 55 s"), else the time left
             status: progress.message ?? `ETA ${progress.etaSeconds == null ? '-' : `${Math.ceil(progress.etaSeconds)}s`}`
           }
-          if (!barStarted) {
-            bar.start(total, progress.receivedBytes, payload)
-            barStarted = true
+          if (bar == null) {
+            bar = newBar(progress.totalBytes != null)
+            bar.start(progress.totalBytes ?? progress.receivedBytes, progress.receivedBytes, payload)
           } else {
-            bar.setTotal(total)
+            if (progress.totalBytes != null) bar.setTotal(progress.totalBytes)
             bar.update(progress.receivedBytes, payload)
           }
         } else if (event === 'download.completed') {
           break
         } else if (event === 'download.failed') {
-          throw new Error(`Download of ${modelID} failed: ${(data as ModelEventData<'download.failed'>).error}`)
+          const error = (data as ModelEventData<'download.failed'>).error
+          // The node's reason may name the download already ("Download of <url> failed: …"): say it once
+          throw new Error(error.startsWith('Download of ') ? error : `Download of ${modelID} failed: ${error}`)
         }
       }
-      if (barStarted) bar.stop()
-      barStarted = false
+      bar?.stop()
+      bar = null
     }
     const list = await client.get<ModelList>('/v1/app/models')
     const record = list.models.find((m) => sameModel(m.modelID, modelID))
@@ -70,10 +74,19 @@ export async function download (client: ApiClient, rawID: string, quiet: boolean
     }
     return record
   } finally {
-    if (barStarted) bar.stop()
+    bar?.stop()
     process.off('SIGINT', onInterrupt)
     watching.abort()
   }
+}
+
+/** The bar of a transfer under way; without a known size it shows bytes and rate only, never a percentage. */
+function newBar (sized: boolean): SingleBar {
+  return new SingleBar({
+    format: sized ? '{bar} {percentage}% | {received} of {size} | {rate} | {status}' : '{received} | {rate} | {status}',
+    hideCursor: true,
+    stream: process.stderr
+  }, Presets.shades_classic)
 }
 
 /** The node's events, parsed; ends quietly when the node goes away mid-stream (the caller reports what that means). */

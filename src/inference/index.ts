@@ -5,7 +5,7 @@ export type {
   EmbeddingRequest, FinishReason, GenerateOptions, InferenceEvent, InferenceRequest, ResponseFormat, SamplingRequest, ToolCall,
   ToolChoice, ToolDefinition, ChatRouter, ModelListing, RoutedChatRequest, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy
 } from './chat.ts'
-export { LocalRouter } from './local-router.ts'
+export { LocalRouter, howToGetModel } from './local-router.ts'
 export type { LocalRouterDeps, LocalModel, LocalModels } from './local-router.ts'
 export { aliasedRouter, aliasedTokenizer } from './aliased-router.ts'
 export type { ModelAliasTable } from './aliased-router.ts'

@@ -1,4 +1,5 @@
-import { NotFoundError, UnavailableError } from '../errors.ts'
+import { InvalidInputError, NotFoundError, UnavailableError } from '../errors.ts'
+import { parseModelID } from '../models/index.ts'
 import type { ChatRequest, ChatRouter, InferenceEvent, ModelListing, RoutedGeneration, RoutedRequest, RouteOptions } from './chat.ts'
 import type { LocalEngine } from './engine.ts'
 import { ModelSwappedError } from './errors.ts'
@@ -75,7 +76,7 @@ export class LocalRouter implements ChatRouter {
     }
     const loaded = this.#deps.engine.loaded()
     return new NotFoundError(`Model ${modelID} is not on this node${peers} (${loaded == null ? 'no model is loaded' : `loaded: ${loaded.modelID}`}); ` +
-      `download it with \`meshnode models download ${modelID}\``)
+      howToGetModel(modelID))
   }
 
   /** Tokens of `text` in the model's vocabulary; the model is loaded first if it is only downloaded. */
@@ -147,4 +148,21 @@ export class LocalRouter implements ChatRouter {
     }
     await loading
   }
+}
+
+/**
+ * What the user can do about a model nobody serves: download it, when the catalog or the hub can resolve the id; for
+ * any other name a download would only fail with "Model not found", so point at the list of models there are.
+ */
+export function howToGetModel (modelID: string): string {
+  let downloadable: boolean
+  try {
+    downloadable = parseModelID(modelID).kind !== 'name'
+  } catch (err) {
+    if (!(err instanceof InvalidInputError)) throw err
+    downloadable = false // not even a well-formed id (`acme/model`): nothing to download by that name
+  }
+  return downloadable
+    ? `download it with \`meshnode models download ${modelID}\``
+    : 'it is neither a catalog id nor a Hugging Face file (hf.co/<org>/<repo>/<file>.gguf): `meshnode models list` shows the models you can download'
 }

@@ -7,9 +7,9 @@ import { open, rm } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { InvalidInputError } from '../errors.ts'
 import { backoffDelayMs } from '../wire/index.ts'
-import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, IntegrityError } from './errors.ts'
+import { DownloadFailedError, DownloadNotFoundError, DownloadTooLargeError, HubUnreachableError, IntegrityError } from './errors.ts'
 import { IdleWatch, ProgressReporter, type DownloadProgress } from './download-progress.ts'
-import { rateLimitWaitMs } from './hub.ts'
+import { rateLimitWaitMs, unreachableCause } from './hub.ts'
 import { commitPart, readPart, type Part } from './part-file.ts'
 
 export type { DownloadProgress } from './download-progress.ts'
@@ -40,7 +40,11 @@ export interface DownloadRequest {
 export interface DownloadResult { path: string, sha256: string, sizeBytes: number }
 
 export interface DownloadOptions {
-  /** Retries after a dropped connection, a 5xx or a 429. A retry that received bytes resets the count. Default 5. */
+  /**
+   * Retries after a dropped connection, a 5xx or a 429. A retry that received bytes resets the count. A server that
+   * has not answered this download and refuses the connection (no DNS name, nothing listening, no route) is not retried:
+   * that is a HubUnreachableError at once. Default 5.
+   */
   retries?: number
   /** First backoff delay, doubled per failure, with jitter. Default 1000. */
   baseDelayMs?: number
@@ -78,7 +82,8 @@ export async function downloadFile (request: DownloadRequest, options: DownloadO
     onVerifying: request.onVerifying,
     onPinned: request.onPinned,
     part: { hash: createHash('sha256'), receivedBytes: 0 },
-    attempts: 0
+    attempts: 0,
+    answered: new Set()
   }
   await checkDeclaredSize(job, job.expectedSize)
   signal?.throwIfAborted()
@@ -141,6 +146,8 @@ interface Job {
   part: Part
   /** Requests made so far (redirect hops not counted), for the error that ends the download. */
   attempts: number
+  /** Origins that have answered this download: one of them refusing a connection later is a hiccup worth a retry. */
+  answered: Set<string>
 }
 
 /** A failure worth another try: the connection dropped, or the server said "later" (5xx, 429). */
@@ -239,8 +246,15 @@ async function openResponse (job: Job, idle: IdleWatch): Promise<{ response: Res
     } catch (err) {
       if (job.signal?.aborted === true) throw job.signal.reason
       if (idle.signal.aborted) throw new RetryableError(`${current.host} did not answer within ${job.idleTimeoutMs} ms`, { cause: err })
+      // No connection to a server that never answered (offline, a wrong HF_ENDPOINT, a firewall): retrying only makes
+      // the user wait for the same answer
+      const unreachable = unreachableCause(err)
+      if (unreachable != null && !job.answered.has(current.origin)) {
+        throw new HubUnreachableError(current.origin === hubOrigin ? `the model hub at ${hubOrigin}` : `${current.host}, where the hub sent the file`, unreachable)
+      }
       throw new RetryableError(`cannot reach ${current.host}: ${describe(err)}`, { cause: err })
     }
+    job.answered.add(current.origin)
     if (current.origin === hubOrigin) {
       const announced = readLinked(response.headers)
       if (announced.sha256 != null || announced.sizeBytes != null) {

@@ -9,7 +9,7 @@ import type { Logger } from 'pino'
 import { InvalidInputError, NotFoundError, UnavailableError } from '../errors.ts'
 import type { CatalogEntry } from './catalog.ts'
 import { downloadFile, type DownloadOptions, type DownloadProgress } from './download.ts'
-import { DownloadNotFoundError, DownloadTooLargeError, IntegrityError, ModelNotFoundError, SameFileError } from './errors.ts'
+import { DownloadNotFoundError, DownloadTooLargeError, HubUnreachableError, IntegrityError, ModelNotFoundError, SameFileError } from './errors.ts'
 import type { ModelEventMap } from './events.ts'
 import type { HubClient, HubFileMetadata } from './hub.ts'
 import { modelKey, pickQuantFile, quantsIn, type ModelRef } from './model-id.ts'
@@ -55,7 +55,7 @@ interface Plan {
   path: string
   sizeBytes: number | null
   sha256: string | null
-  /** The hub commit to fetch (issue 14: pinned by the first request); null: `main`, pinned by the download itself. */
+  /** The hub commit to fetch (pinned by the first request); null: `main`, pinned by the download itself. */
   revision: string | null
 }
 
@@ -76,7 +76,7 @@ export class ModelDownloader {
    * Starts downloading a model and answers as soon as the download is accepted: `downloading` (also when it joins a
    * download already running), or `downloaded` when the file is already here. Refuses at once, before any byte:
    * ModelNotFoundError for a file the hub does not have, StorageBudgetError or InsufficientDiskError when it does
-   * not fit, SameFileError when another id is the same file.
+   * not fit, SameFileError when another id is the same file, HubUnreachableError when the hub cannot be connected to.
    */
   async start (ref: HubModelRef): Promise<{ status: 'downloading' | 'downloaded', modelID: string }> {
     const key = modelKey(ref.modelID)
@@ -219,8 +219,12 @@ export class ModelDownloader {
     return { file, commit }
   }
 
-  /** Size and sha256 from the hub. A hub we cannot reach now does not stop a catalog or file download: the
-   * downloader retries, and the budget is then judged by the catalog's size or while streaming. */
+  /**
+   * Size and sha256 from the hub. A hub that answers badly now (a 5xx, a timeout) does not stop a catalog or file
+   * download: the downloader retries, and the budget is then judged by the catalog's size or while streaming. A hub
+   * that cannot be connected to at all (HubUnreachableError: offline, a wrong HF_ENDPOINT) refuses the download at
+   * once, with the ways forward, instead of a retry loop that ends the same way.
+   */
   async #metadata (ref: HubModelRef, file: string, catalog: CatalogEntry | null, revision: string | null, signal: AbortSignal): Promise<HubFileMetadata> {
     try {
       return await this.#deps.hub.fileMetadata(ref.repo, file, { revision: revision ?? undefined, signal })
@@ -229,7 +233,7 @@ export class ModelDownloader {
       if (err instanceof NotFoundError) {
         throw new ModelNotFoundError(ref.modelID, `${ref.repo} has no file ${file} on the hub`)
       }
-      if (err instanceof UnavailableError) {
+      if (err instanceof UnavailableError && !(err instanceof HubUnreachableError)) {
         this.#deps.log.warn({ err, modelID: ref.modelID }, 'no metadata from the hub; downloading without it')
         return { sizeBytes: null, sha256: catalog?.sha256 ?? null, commit: null }
       }
@@ -252,7 +256,7 @@ export class ModelDownloader {
         signal: download.signal,
         onProgress: (progress) => { this.#progress(download, progress) },
         onVerifying: () => { this.#deps.events.emit('download.verifying', { modelID }) },
-        // Issue 14: a wait says why and for how long ("rate limited, resuming in 55 s"), until bytes flow again
+        // A wait says why and for how long ("rate limited, resuming in 55 s"), until bytes flow again
         onWait: ({ reason, seconds }) => {
           const { receivedBytes, totalBytes } = download.progress
           this.#progress(download, { receivedBytes, totalBytes, bytesPerSecond: 0, etaSeconds: null }, `${reason}, resuming in ${seconds} s`)

@@ -1,8 +1,8 @@
 // The models domain's own kinds of failure, each a case of a generic kind in src/errors.ts where a client can be
-// answered with it (STYLE §3), so src/http/errors.ts maps them without knowing this domain. The download failures
+// answered with it, so src/http/errors.ts maps them without knowing this domain. The download failures
 // (DownloadFailedError, IntegrityError) are plain errors: downloads run in the background, so they end a download
 // as status `failed` with their message, and never become an HTTP answer.
-import { ConflictError, InsufficientStorageError, InvalidInputError, NotFoundError } from '../errors.ts'
+import { ConflictError, InsufficientStorageError, InvalidInputError, NotFoundError, UnavailableError } from '../errors.ts'
 
 /** The file could not be fetched: the source refused it, kept failing, or answered something we cannot use. */
 export class DownloadFailedError extends Error {
@@ -18,6 +18,23 @@ export class DownloadFailedError extends Error {
     this.url = url
     this.status = details.status ?? null
     this.attempts = details.attempts ?? 1
+  }
+}
+
+/**
+ * No connection to the hub (or its file server) could even be opened: its name does not resolve, nothing listens, or
+ * there is no route. Unlike a dropped connection or a 5xx, waiting does not help, so it ends a download at its first
+ * failure, and the message says what the user can do instead: a machine offline still runs a GGUF it has.
+ */
+export class HubUnreachableError extends UnavailableError {
+  override name = 'HubUnreachableError'
+  readonly code: string = 'hub_unreachable'
+  /** `the model hub at https://huggingface.co`, or the host of the file server it redirected to. */
+  readonly where: string
+  constructor (where: string, cause: string) {
+    super(`Cannot reach ${where} (${cause}): use a GGUF file you already have (\`meshnode run ./model.gguf\`), ` +
+      'or start the node with HF_ENDPOINT set to a mirror of the hub, or with HTTPS_PROXY and NODE_USE_ENV_PROXY=1 behind a proxy')
+    this.where = where
   }
 }
 
@@ -75,7 +92,7 @@ export class InvalidModelIDError extends InvalidInputError {
   }
 }
 
-/** Spec §7: the message names the requested model identifier. */
+/** The message names the requested model identifier. */
 export class ModelNotFoundError extends NotFoundError {
   override name = 'ModelNotFoundError'
   readonly modelID: string
@@ -85,7 +102,7 @@ export class ModelNotFoundError extends NotFoundError {
   }
 }
 
-/** Spec §3: a model must be downloaded before it can be loaded. */
+/** A model must be downloaded before it can be loaded. */
 export class ModelNotDownloadedError extends ConflictError {
   override name = 'ModelNotDownloadedError'
   readonly modelID: string

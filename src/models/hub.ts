@@ -1,10 +1,11 @@
 // What we ask the Hugging Face hub before a download: which files a repo has (to resolve `:QUANT`), and a file's size,
 // sha256 and commit (to judge the storage budget, verify the bytes and pin the download). The file itself is fetched
-// by download.ts. The hub's own ways are followed (issue 14): a renamed repo answers a relative redirect to its new
+// by download.ts. The hub's own ways are followed: a renamed repo answers a relative redirect to its new
 // name, errors are told apart by X-Error-Code (a missing repo is a 401 to an anonymous client), and a 429 says when
 // to come back in a `RateLimit` header rather than Retry-After.
 import { setTimeout as sleep } from 'node:timers/promises'
 import { BusyError, NotFoundError, PermissionError, UnavailableError } from '../errors.ts'
+import { HubUnreachableError } from './errors.ts'
 
 export const DEFAULT_HUB_URL = 'https://huggingface.co'
 const DEFAULT_TIMEOUT_MS = 15_000
@@ -123,6 +124,8 @@ export class HubClient {
         response = await fetch(current, { method, headers, redirect: 'manual', signal: signal == null ? timeout : AbortSignal.any([signal, timeout]) })
       } catch (err) {
         if (signal?.aborted === true) throw signal.reason
+        const unreachable = unreachableCause(err)
+        if (unreachable != null) throw new HubUnreachableError(`the model hub at ${this.url}`, unreachable)
         const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : ''
         throw new UnavailableError(`Cannot reach the model hub at ${this.url} for ${what} (${(err as Error).message}${cause})`)
       }
@@ -170,6 +173,23 @@ export function rateLimitWaitMs (headers: Headers): number | null {
   const rateLimit = headers.get('ratelimit')
   const reset = rateLimit == null ? null : /(?:^|;)\s*t=(\d+)/.exec(rateLimit)
   return reset == null ? null : Number(reset[1]) * 1000
+}
+
+/** The socket errors of a connection that never opened: no such name, or no answer for now from DNS, no listener, no route. */
+const UNREACHABLE_CODES = new Set(['ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME', 'ECONNREFUSED', 'ENETUNREACH', 'EHOSTUNREACH', 'EADDRNOTAVAIL'])
+
+/**
+ * Why a failed fetch never reached its server (`getaddrinfo ENOTFOUND huggingface.co`), or null when it did or may
+ * have (a reset, a timeout): fetch hides the socket's error in its cause, an AggregateError when every address of
+ * the name was tried.
+ */
+export function unreachableCause (err: unknown): string | null {
+  const cause = err instanceof Error ? err.cause : null
+  if (!(cause instanceof Error)) return null
+  const errors = cause instanceof AggregateError ? [...cause.errors, cause] : [cause]
+  const found = errors.find((e): e is NodeJS.ErrnoException => e instanceof Error && UNREACHABLE_CODES.has((e as NodeJS.ErrnoException).code ?? ''))
+  if (found == null) return null
+  return found.message === '' ? String(found.code) : found.message
 }
 
 function encodePath (path: string): string {

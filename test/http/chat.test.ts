@@ -184,7 +184,14 @@ test('no model loaded, or a model nobody has: 404 naming the model; /v1/models l
   const res = await empty.api.post('/v1/chat/completions', { model: 'qwen-7b', messages: hello })
   assert.equal(res.status, 404)
   assert.equal(res.body.error.type, 'not_found')
-  assert.match(res.body.error.message, /qwen-7b.*no model is loaded.*meshnode models download qwen-7b/)
+  assert.match(res.body.error.message, /qwen-7b.*no model is loaded.*`meshnode models list` shows/)
+  assert.doesNotMatch(res.body.error.message, /models download/, 'a name neither the catalog nor the hub knows cannot be downloaded')
+  // Ids the catalog or the hub can resolve are worth the command that downloads them
+  for (const model of ['smollm2-135m-instruct-q8_0', 'hf.co/acme/tiny-GGUF/tiny.gguf', 'hf.co/acme/tiny-GGUF:Q4_K_M']) {
+    const known = await empty.api.post('/v1/chat/completions', { model, messages: hello })
+    assert.equal(known.status, 404)
+    assert.ok(known.body.error.message.includes(`download it with \`meshnode models download ${model}\``), known.body.error.message)
+  }
 
   const { openai, api } = await startChatNode(t)
   const models = await openai.models.list()

@@ -76,7 +76,7 @@ test('/v1/models lists downloaded models; a chat naming one loads it; naming ano
 test('a model neither here nor on a peer is 404 not_found naming it, in chat, completions, embeddings and retrieve', async (t) => {
   const node = await startTestNode(t)
   const openai = new OpenAI({ baseURL: `${node.node.url}/v1`, apiKey: 'x', maxRetries: 0 })
-  const model = 'acme/never-downloaded:Q4_K_M'
+  const model = 'hf.co/acme/never-downloaded:Q4_K_M'
   const attempts: Array<[string, () => Promise<unknown>]> = [
     ['chat', async () => await openai.chat.completions.create({ model, messages: hello })],
     ['chat stream', async () => await openai.chat.completions.create({ model, messages: hello, stream: true })],
@@ -90,6 +90,15 @@ test('a model neither here nor on a peer is 404 not_found naming it, in chat, co
       assert.equal((err.error as { type?: string }).type, 'not_found')
       assert.ok(err.message.includes(model), `${what}: ${err.message}`)
       assert.ok(err.message.includes(`meshnode models download ${model}`), `${what}: ${err.message}`)
+      return true
+    })
+  }
+  // A name neither the catalog nor the hub can resolve is not offered as a download, which would only fail
+  for (const name of ['gpt-4o', 'acme/never-downloaded:Q4_K_M']) {
+    await assert.rejects(openai.chat.completions.create({ model: name, messages: hello }), (err: unknown) => {
+      assert.ok(err instanceof OpenAI.NotFoundError, String(err))
+      assert.ok(!err.message.includes('meshnode models download'), err.message)
+      assert.match(err.message, /`meshnode models list` shows the models you can download/)
       return true
     })
   }

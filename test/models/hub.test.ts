@@ -1,4 +1,4 @@
-// The hub as the real one behaves (issue 14), through a real node: rate limits told by `RateLimit` headers, renamed
+// The hub as the real one behaves, through a real node: rate limits told by `RateLimit` headers, renamed
 // repos, errors by X-Error-Code, downloads pinned to a commit, and the default file of a repo named without a
 // quantization. The fake hub reproduces each behaviour (test/support/fake-hub.ts).
 import { test, type TestContext } from 'node:test'

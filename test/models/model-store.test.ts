@@ -1,4 +1,4 @@
-// The model store's parts that issue 11 split out and sharpened: the free-disk check of the storage budget (statfs),
+// The model store's parts split out of it: the free-disk check of the storage budget (statfs),
 // "last used" kept in memory on the chat path and written in batches, and the migration imported files brought.
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'

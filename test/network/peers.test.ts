@@ -108,12 +108,12 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     assert.equal(await servedCount(second), 0)
   })
 
-  await t.test('a model neither here nor on a peer is a 404 naming it, with the command that downloads it', async () => {
+  await t.test('a model neither here nor on a peer is a 404 naming it, with where to see the models there are', async () => {
     const before = await servedCount(first)
     await assert.rejects(openai.chat.completions.create({ model: 'no-such-model', messages: hello, max_tokens: 3 }), (err: unknown) => {
       assert.ok(err instanceof OpenAI.NotFoundError)
       assert.equal(err.status, 404)
-      assert.match(err.message, /no-such-model.*no peer serves it.*meshnode models download no-such-model/)
+      assert.match(err.message, /no-such-model.*no peer serves it.*`meshnode models list` shows/)
       return true
     })
     assert.equal(await servedCount(first), before)

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { z } from 'zod'
 import { NotFoundError } from '../../errors.ts'
-import type { ChatRouter, ModelListing } from '../../inference/index.ts'
+import { howToGetModel, type ChatRouter, type ModelListing } from '../../inference/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { Model, ModelList } from '../schemas/openai.ts'
 
@@ -33,7 +33,7 @@ export const openaiModelRoutes: FastifyPluginAsyncZod<OpenAIModelRoutesOptions> 
     const id = request.params['*']
     const listing = router.models().find((model) => model.modelID === id || sameModel(model.modelID, id))
     if (listing == null) {
-      throw new NotFoundError(`Model ${id} is not on this node and no peer serves it; download it with \`meshnode models download ${id}\``)
+      throw new NotFoundError(`Model ${id} is not on this node and no peer serves it; ${howToGetModel(id)}`)
     }
     return toModel(listing, Math.floor(Date.now() / 1000))
   })
