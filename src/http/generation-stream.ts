@@ -115,3 +115,14 @@ export async function collectGeneration<E> (generation: RoutedGeneration<E>, sig
   }
   return events
 }
+
+/**
+ * A non-streamed answer's events, for a route of any dialect: once all are in, `served` marks the model used and
+ * X-Served-By says where it ran.
+ */
+export async function collectAnswer<E> (generation: RoutedGeneration<E>, signal: AbortSignal, reply: FastifyReply, served: () => void): Promise<E[]> {
+  const events = await collectGeneration(generation, signal)
+  served()
+  void reply.header('x-served-by', generation.servedBy)
+  return events
+}

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, SamplingRequest, ToolChoice } from '../../inference/index.ts'
-import { collectGeneration, streamGeneration } from '../generation-stream.ts'
+import { collectAnswer, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
 import { ChatCompletion, ChatCompletionRequest, THOUGHT_TOKENS_BY_EFFORT, type ChatCompletionChunk, type CompletionRequest, type ToolCallOut, type Usage } from '../schemas/openai.ts'
 import { errorResponses } from '../schemas/common.ts'
@@ -27,9 +27,7 @@ export const chatRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (
     const model = request.body.model
 
     if (request.body.stream !== true) {
-      const answer = assemble(await collectGeneration(generation, signal))
-      onServed?.(chat.modelID)
-      void reply.header('x-served-by', generation.servedBy)
+      const answer = assemble(await collectAnswer(generation, signal, reply, () => { onServed?.(chat.modelID) }))
       return {
         id,
         object: 'chat.completion' as const,

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
 import type { CompletionEvent, DoneEvent, RoutedGeneration, RoutedRequest } from '../../inference/index.ts'
-import { collectGeneration, streamGeneration } from '../generation-stream.ts'
+import { collectAnswer, streamGeneration } from '../generation-stream.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { CompletionRequest, TextCompletion } from '../schemas/openai.ts'
 import { requesterOf } from '../guards.ts'
@@ -31,13 +31,11 @@ export const completionRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = a
     if (body.stream !== true) {
       let text = echo
       let done: DoneEvent | null = null
-      for (const event of await collectGeneration(generation, signal)) {
+      for (const event of await collectAnswer(generation, signal, reply, () => { onServed?.(completion.modelID) })) {
         if (event.type === 'delta') text += event.text
         else done = event
       }
       if (done == null) throw new Error('generation ended without a final event')
-      onServed?.(completion.modelID)
-      void reply.header('x-served-by', generation.servedBy)
       return { ...answer(text, done.finishReason), usage: toUsage(done.usage) }
     }
 

@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, LocalRouter, RoutedGeneration, RoutedRequest, ToolChoice, ToolDefinition } from '../../inference/index.ts'
 import { anthropicError } from '../errors.ts'
-import { collectGeneration, NamedEvent, streamGeneration, type StreamDialect } from '../generation-stream.ts'
+import { collectAnswer, NamedEvent, streamGeneration, type StreamDialect } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
 import { anthropicErrorResponses, CountTokensRequest, CountTokensResult, MessageOut, MessagesRequest, type Usage } from '../schemas/anthropic.ts'
 import { clientGone } from '../sse.ts'
@@ -44,9 +44,7 @@ export const messagesRoutes: FastifyPluginAsyncZod<MessagesRoutesOptions> = asyn
     const model = request.body.model
 
     if (request.body.stream !== true) {
-      const answer = assemble(await collectGeneration(generation, signal))
-      onServed?.(chat.modelID)
-      void reply.header('x-served-by', generation.servedBy)
+      const answer = assemble(await collectAnswer(generation, signal, reply, () => { onServed?.(chat.modelID) }))
       return {
         id,
         type: 'message' as const,

@@ -7,7 +7,7 @@ import { InvalidInputError, NotFoundError } from '../../errors.ts'
 import { MAX_TOOL_DESCRIPTION_CHARS, type ChatEvent, type ChatMessage, type ChatRouter, type ChatUsage, type DoneEvent, type RoutedGeneration, type RoutedRequest, type ToolChoice, type ToolDefinition } from '../../inference/index.ts'
 import type { StoredResponses } from '../../responses/index.ts'
 import type { ErrorEnvelope } from '../errors.ts'
-import { collectGeneration, NamedEvent, streamGeneration, type StreamDialect } from '../generation-stream.ts'
+import { collectAnswer, NamedEvent, streamGeneration, type StreamDialect } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
 import { errorResponses } from '../schemas/common.ts'
 import {
@@ -54,13 +54,11 @@ export const responsesRoutes: FastifyPluginAsyncZod<ResponsesRoutesOptions> = as
     }
 
     if (body.stream !== true) {
-      for (const event of await collectGeneration(generation, signal)) {
+      for (const event of await collectAnswer(generation, signal, reply, () => { onServed?.(plan.chat.modelID) })) {
         if (event.type === 'done') answer.finish(event)
         else answer.add(event)
       }
       keep(answer.response)
-      onServed?.(plan.chat.modelID)
-      void reply.header('x-served-by', generation.servedBy)
       return answer.response
     }
 
