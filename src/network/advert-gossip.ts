@@ -57,7 +57,7 @@ export const DEFAULT_ADVERT_PULL_MS = 2 * 60_000
 /** A pull asks for what changed since the last sync began, and this much before (the two peers' views differ by the
  *  time an advert takes to spread). Twice the time since the last sync was tried: a network a few minutes old then
  *  answered every pull with nearly every advert (all of them changed within the window), 5× the idle traffic at 50 nodes. */
-const PULL_WINDOW_MARGIN_MS = 30_000
+export const ADVERT_PULL_WINDOW_MARGIN_MS = 30_000
 
 /**
  * Spreads this node's advert by gossip (libp2p gossipsub): published when its record changes in anything but the load,
@@ -174,11 +174,11 @@ export class AdvertGossip {
   }
 
   /** Asks `nodeID` for its adverts: all of them (`pull` false: at join and in the resyncs after it, when this node may
-   *  lack adverts from before any window), or what changed since the last sync began (see PULL_WINDOW_MARGIN_MS). */
+   *  lack adverts from before any window), or what changed since the last sync began (see ADVERT_PULL_WINDOW_MARGIN_MS). */
   #sync (nodeID: string, pull = false): void {
     this.#syncing.add(nodeID)
     const startedAt = Date.now()
-    const changedWithinMs = !pull || this.#lastSyncAt == null ? undefined : startedAt - this.#lastSyncAt + PULL_WINDOW_MARGIN_MS
+    const changedWithinMs = !pull || this.#lastSyncAt == null ? undefined : startedAt - this.#lastSyncAt + ADVERT_PULL_WINDOW_MARGIN_MS
     syncAdverts(this.#deps.peers, nodeID, { signal: AbortSignal.timeout(30_000), book: this.#deps.book, changedWithinMs }).then(({ adverts, rejected }) => {
       this.#lastSyncAt = Math.max(this.#lastSyncAt ?? startedAt, startedAt)
       if (this.#synced++ === 0) this.#scheduleResync()

@@ -32,8 +32,14 @@ export const Advert = z.object({ record: SignedEnvelope, presence: SignedEnvelop
 export type Advert = z.infer<typeof Advert>
 
 /** A sync asks for every advert held, or (`changedWithinMs`) for those that changed here within that many ms: the answering
- *  node's own clock, so no clocks need agree. A node before this field ignores it and answers with every advert. */
-const SyncRequest = z.object({ type: z.literal('list'), changedWithinMs: z.number().int().positive().max(DEFAULT_ADVERT_TTL_MS).optional() })
+ *  node's own clock, so no clocks need agree. A node before this field ignores it and answers with every advert.
+ *  `known`, with a window, is how many adverts the asker holds: an answerer that holds more answers with all of them, so
+ *  that a node which missed adverts older than any window catches up at its next pull instead of never. */
+const SyncRequest = z.object({
+  type: z.literal('list'),
+  changedWithinMs: z.number().int().positive().max(DEFAULT_ADVERT_TTL_MS).optional(),
+  known: z.number().int().nonnegative().max(MAX_ADVERTS).optional()
+})
 const SyncAnswer = z.object({ adverts: z.array(Advert).max(MAX_SYNC_ADVERTS) })
 
 /** An advert checked: both parts signed by the node they name. A presence without addresses says the node left. */
@@ -178,7 +184,9 @@ export function createAdvertsSyncHandler (deps: { book: AdvertBook, own: () => A
       const adverts: Advert[] = [deps.own()]
       let bytes = JSON.stringify(adverts[0]).length + 64
       const now = Date.now()
-      const since = request.changedWithinMs == null ? -Infinity : now - request.changedWithinMs
+      // The asker's book and ours both leave out their own node and hold the other's: equal counts, equal knowledge
+      const behind = request.known != null && deps.book.size > request.known
+      const since = request.changedWithinMs == null || behind ? -Infinity : now - request.changedWithinMs
       for (const entry of deps.book.list(now)) {
         if (entry.changedAt < since) continue
         const size = JSON.stringify(entry.advert).length + 1
@@ -192,11 +200,14 @@ export function createAdvertsSyncHandler (deps: { book: AdvertBook, own: () => A
 }
 
 /**
- * Asks a peer for the adverts it holds (all, or those that changed there within `changedWithinMs`); each is checked
+ * Asks a peer for the adverts it holds (all, or those that changed there within `changedWithinMs`, or all when it holds
+ * more than `book`); each is checked
  * here (one that does not verify is dropped and counted), except those `book` holds already, which are left out.
  */
 export async function syncAdverts (peers: PeerStreams, nodeID: string, options: { signal?: AbortSignal, book?: AdvertBook, changedWithinMs?: number } = {}): Promise<{ adverts: Array<{ advert: Advert, opened: OpenedAdvert }>, rejected: number }> {
-  const request = options.changedWithinMs == null ? { type: 'list' } : { type: 'list', changedWithinMs: Math.min(Math.ceil(options.changedWithinMs), DEFAULT_ADVERT_TTL_MS) }
+  const request = options.changedWithinMs == null
+    ? { type: 'list' }
+    : { type: 'list', changedWithinMs: Math.min(Math.ceil(options.changedWithinMs), DEFAULT_ADVERT_TTL_MS), ...(options.book == null ? {} : { known: Math.min(options.book.size, MAX_ADVERTS) }) }
   const answer = await requestPeer(peers, nodeID, ADVERTS_SYNC_PROTOCOL, request, SyncAnswer, {
     signal: options.signal, timeoutMs: ADVERTS_SYNC_TIMEOUT_MS, maxRequestBytes: 1024, maxAnswerBytes: MAX_SYNC_ANSWER_BYTES
   })

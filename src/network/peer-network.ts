@@ -394,6 +394,14 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     return this.#gossip.joining
   }
 
+  /** When an advert held here last changed (Unix ms; 0 when none is held): a pull reaches back `pullMs` plus
+   *  ADVERT_PULL_WINDOW_MARGIN_MS from its start, so a network is idle once every node's is older than that. */
+  get advertsChangedAt (): number {
+    let newest = 0
+    for (const entry of this.#book.list()) newest = Math.max(newest, entry.changedAt)
+    return newest
+  }
+
   /** Nodes known by their advert (connected or not). */
   get advertCount (): number {
     return this.#book.size

@@ -122,6 +122,15 @@ test('adverts: a windowed sync answers what changed at the answering node within
   const changed = advertOf('heard long ago, changed', oldIdentity, 2)
   assert.equal(book.offer(changed, openAdvert(changed), now), 'kept')
   assert.deepEqual(await names(60_000), ['answering node', 'heard lately', 'heard long ago, changed'])
+
+  // An asker that holds fewer adverts than the answerer missed some older than any window: it gets them all
+  const behind = async (known: AdvertBook): Promise<string[]> =>
+    (await syncAdverts(peer, own.record.signer, { changedWithinMs: 60_000, book: known })).adverts.map(({ opened }) => opened.record.name).sort()
+  const missing = new AdvertBook(me.nodeID)
+  missing.offer(recent, openAdvert(recent), now)
+  assert.deepEqual(await behind(missing), ['answering node', 'heard long ago, changed'], 'all of them, less what it holds')
+  missing.offer(changed, openAdvert(changed), now)
+  assert.deepEqual(await behind(missing), ['answering node'], 'as many as the answerer: the window again')
 })
 
 test('advert gossip: a node whose first sync fails asks again though no other peer comes online; its join ends with its first pull', async (t) => {

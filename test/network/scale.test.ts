@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict'
 import { test, type TestContext } from 'node:test'
 import { setTimeout as delay } from 'node:timers/promises'
+import { ADVERT_PULL_WINDOW_MARGIN_MS } from '../../src/network/advert-gossip.ts'
 import type { PeerNetworkOptions } from '../../src/network/index.ts'
 import { startRelay } from '../../src/network/relay.ts'
 import { LightCluster } from '../support/light-cluster.ts'
@@ -34,8 +35,9 @@ const SCALE_NETWORK: PeerNetworkOptions = {
   wan: { syncIntervalMs: 10_000, fastSyncMs: 1_000, minBackoffMs: 500, maxBackoffMs: 5_000, dialTimeoutMs: 30_000, reservationTimeoutMs: 20_000 }
 }
 
-/** Starts `n` nodes behind a relay of their own (stopped when the test ends) and waits until they have joined: every
- *  node holds a relay connection and a peer, 95 % of them know 95 % of the others, and every node has caught up. */
+/** Starts `n` nodes behind a relay of their own (stopped when the test ends) and waits until they have joined and are
+ *  idle: every node holds a relay connection and a peer, 95 % of them know 95 % of the others, every node has caught
+ *  up, and no advert has changed for as long as a pull reaches back. */
 async function joinedNetwork (t: TestContext, n: number): Promise<LightCluster> {
   const relay = await startRelay({ port: 0, inboundConnectionsPerSecond: 100_000 })
   t.after(async () => { await relay.stop() })
@@ -48,6 +50,12 @@ async function joinedNetwork (t: TestContext, n: number): Promise<LightCluster> 
     timeoutMs: 300_000, intervalMs: 500, what: `95 % of ${n} nodes to know 95 % of the others`
   })
   await waitFor(async () => (await cluster.stats()).every(node => !node.joining), { timeoutMs: 300_000, intervalMs: 500, what: `every one of ${n} nodes to finish its join` })
+  // Idle: no advert changed within what a pull reaches back to. Until then a pull still brings the adverts of the join's
+  // last nodes, and a larger network's join ends later: its idle window would count part of the join.
+  const pullReachMs = (SCALE_NETWORK.adverts?.pullMs ?? 0) + ADVERT_PULL_WINDOW_MARGIN_MS
+  await waitFor(async () => (await cluster.stats()).every(node => node.advertsQuietMs > pullReachMs), {
+    timeoutMs: 300_000, intervalMs: 1_000, what: `no advert to change on any of ${n} nodes for ${pullReachMs / 1000} s`
+  })
   return cluster
 }
 

@@ -33,6 +33,8 @@ export interface NodeStats {
   relayConnected: boolean
   /** Whether it is still catching up on the adverts from before it joined, its first pull included (`PeerNetwork.joining`). */
   joining: boolean
+  /** How long ago an advert it holds last changed (`PeerNetwork.advertsChangedAt`), in ms. */
+  advertsQuietMs: number
 }
 
 const SAMPLE_MS = 100
@@ -83,7 +85,8 @@ async function handle (request: WorkerRequest): Promise<unknown> {
           knownPeers: peers.length,
           candidates: request.modelID == null ? 0 : node.router.candidates(request.modelID).length,
           relayConnected: node.network.relayConnected,
-          joining: node.network.joining
+          joining: node.network.joining,
+          advertsQuietMs: Date.now() - node.network.advertsChangedAt
         }
       })
     case 'serve':
