@@ -8,7 +8,7 @@ import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
 import type { GpuChoice } from './inference/gpu.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention } from './inference/index.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention } from './inference/index.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
@@ -32,6 +32,12 @@ export interface NodeConfig {
   contextSize: number
   /** `serve --flash-attention`: llama.cpp's flash attention (auto, on, off). */
   flashAttention: FlashAttention
+  /** `serve --max-loaded-models`: models held in memory at once. */
+  maxLoadedModels: number
+  /** `serve --keep-alive`: ms a model loaded for a request stays after its last one (0: right after; -1: never). */
+  keepAliveMs: number
+  /** `serve --memory-budget`: bytes the loaded models may take together; null: what the machine has available. */
+  memoryBudgetBytes: number | null
   /**
    * `--reset-identity`: start even though the node key or the database is missing beside the other (a new key, or a
    * fresh database, bound together). Without it such a start is refused.
@@ -89,6 +95,9 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     queueSize: DEFAULT_QUEUE_SIZE,
     contextSize: DEFAULT_CONTEXT_SIZE,
     flashAttention: 'auto',
+    maxLoadedModels: DEFAULT_MAX_LOADED_MODELS,
+    keepAliveMs: DEFAULT_KEEP_ALIVE_MS,
+    memoryBudgetBytes: null,
     shutdownGraceMs: 10_000,
     resetIdentity: false,
     allowedOrigins: [],

@@ -103,7 +103,10 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       slots: config.slots,
       queueSize: config.queueSize,
       contextSize: config.contextSize,
-      flashAttention: config.flashAttention
+      flashAttention: config.flashAttention,
+      maxLoadedModels: config.maxLoadedModels,
+      keepAliveMs: config.keepAliveMs,
+      memoryBudgetBytes: config.memoryBudgetBytes ?? undefined
     })
     cleanups.unshift(() => engine.close())
     const models = new ModelStore({ db, engine, settings, log: log.child({ part: 'models' }) },
@@ -111,7 +114,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
     // serve --model: a path is imported now, an id checked now, so that a wrong one fails the start; loaded once listening
     const startModel = config.model == null ? null : isAbsolute(config.model) ? (await models.import(config.model)).modelID : models.get(config.model).modelID
-    // A request for a model downloaded here loads it, once the current model's requests have finished.
+    // A request for a model downloaded here loads it beside the others (evicting an idle one loaded for a request).
     const localRouter = new LocalRouter({ engine, sameModel, models: localModels(models) })
 
     // Requests nobody here could serve, counted by the router and the serving policy, advertised to
@@ -125,6 +128,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     cleanups.unshift(() => network.stop())
     network.advertise('models', () => ({
       loaded: engine.loaded()?.modelID ?? null,
+      allLoaded: engine.loadedModels().map(m => m.modelID),
       downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
     }))
     network.advertise('demand', () => demand.list())
@@ -302,7 +306,7 @@ function localModels (models: ModelStore): LocalModels {
       return record == null ? null : asLocal(record)
     },
     loadable: () => models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(asLocal).filter(m => m != null),
-    load: async (modelID) => { await models.load(modelID, { whenIdle: true }) }
+    load: async (modelID) => { await models.load(modelID, { reason: 'request' }) }
   }
 }
 

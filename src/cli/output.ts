@@ -8,7 +8,8 @@ export function formatTable (columns: string[], rows: Array<Array<string | numbe
 
 export function formatPairs (pairs: Array<[string, string | number | boolean | null]>): string {
   const width = Math.max(...pairs.map(([key]) => key.length))
-  return pairs.map(([key, value]) => `${key.padEnd(width)}  ${value == null ? '-' : String(value)}`).join('\n')
+  // A value of several lines keeps them under its first
+  return pairs.map(([key, value]) => `${key.padEnd(width)}  ${value == null ? '-' : String(value).replaceAll('\n', `\n${' '.repeat(width + 2)}`)}`).join('\n')
 }
 
 export function print (value: unknown, json: boolean | undefined, human: () => string): void {

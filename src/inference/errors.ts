@@ -19,14 +19,15 @@ export class NoModelLoadedError extends UnavailableError {
 }
 
 /**
- * The request was placed on one model, and another was loaded by the time it was let in (a swap for another request
- * happened meanwhile). The router places it again; where nothing does, it is a 503 like any model that went away.
+ * The request was placed on a model that is not loaded by the time it is let in (unloaded, evicted for another, or
+ * idle past its keep-alive meanwhile). The router loads it and places the request again; where nothing does, it is a
+ * 503 like any model that went away.
  */
 export class ModelSwappedError extends UnavailableError {
   override name = 'ModelSwappedError'
   readonly wanted: string
-  constructor (wanted: string, loaded: string) {
-    super(`Model ${wanted} is no longer loaded (${loaded} was swapped in)`)
+  constructor (wanted: string, why: string) {
+    super(`Model ${wanted} is not loaded (${why})`)
     this.wanted = wanted
   }
 }
@@ -42,6 +43,27 @@ export class ModelLoadError extends ConflictError {
     super(`Cannot load model ${modelID}: ${message}`, options)
     this.modelID = modelID
   }
+}
+
+/**
+ * A model that could not fit in memory even with every other model unloaded: refused before loading (a load past what
+ * the machine has would swap, or end the process out of memory). Both sizes are in the message.
+ */
+export class ModelTooLargeError extends ConflictError {
+  override name = 'ModelTooLargeError'
+  readonly modelID: string
+  readonly neededBytes: number
+  readonly availableBytes: number
+  constructor (modelID: string, neededBytes: number, availableBytes: number, what: string) {
+    super(`Cannot load model ${modelID}: it needs about ${formatBytes(neededBytes)} with its context (node-llama-cpp's estimate), more than the ${formatBytes(availableBytes)} ${what}`)
+    this.modelID = modelID
+    this.neededBytes = neededBytes
+    this.availableBytes = availableBytes
+  }
+}
+
+function formatBytes (bytes: number): string {
+  return bytes >= 1024 ** 3 ? `${(bytes / 1024 ** 3).toFixed(1)} GiB` : `${(bytes / 1024 ** 2).toFixed(1)} MiB`
 }
 
 /** A generation request that is well-formed JSON but cannot be served as asked. `param` names the field. */

@@ -1,5 +1,11 @@
-export { LocalEngine, DEFAULT_SLOTS, DEFAULT_QUEUE_SIZE, DEFAULT_CONTEXT_SIZE, FLASH_ATTENTION_CHOICES, llamaFlashAttention } from './engine.ts'
-export type { FlashAttention, LocalEngineDeps, LocalEngineOptions, LoadOptions, LoadedModelInfo, EngineStats, InferenceLogger } from './engine.ts'
+export { LocalEngine, DEFAULT_SLOTS, DEFAULT_QUEUE_SIZE, DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_LOADED_MODELS, DEFAULT_KEEP_ALIVE_MS } from './engine.ts'
+export type {
+  LocalEngineDeps, LocalEngineOptions, LocalEngineEvents, LoadOptions, LoadedModelInfo, LoadedModelState, LoadReason, UnloadReason, EngineStats,
+  InferenceLogger
+} from './engine.ts'
+export { FLASH_ATTENTION_CHOICES, llamaFlashAttention } from './flash-attention.ts'
+export type { FlashAttention } from './flash-attention.ts'
+export type { ModelKind } from './model-file.ts'
 export type {
   ChatEngine, ChatEvent, ChatMessage, ChatRequest, ChatUsage, CompletionEvent, CompletionRequest, DoneEvent, EmbeddingEvent,
   EmbeddingRequest, FinishReason, GenerateOptions, InferenceEvent, InferenceRequest, ResponseFormat, SamplingRequest, ToolCall,
@@ -9,7 +15,7 @@ export { LocalRouter, howToGetModel } from './local-router.ts'
 export type { LocalRouterDeps, LocalModel, LocalModels } from './local-router.ts'
 export { aliasedRouter, aliasedTokenizer } from './aliased-router.ts'
 export type { ModelAliasTable } from './aliased-router.ts'
-export { QueueFullError, NoModelLoadedError, ModelLoadError, ModelSwappedError, InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
+export { QueueFullError, NoModelLoadedError, ModelLoadError, ModelTooLargeError, ModelSwappedError, InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
 export { getSharedLlama, defaultInferenceThreads } from './llama.ts'
 export { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_LOGIT_BIAS, MAX_LOGIT_BIAS_ENTRIES } from './sampling.ts'
 export { MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH } from './embeddings.ts'

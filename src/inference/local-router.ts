@@ -18,7 +18,7 @@ export interface LocalModels {
   find (modelID: string): LocalModel | null
   /** Every model on this node that can be loaded now. */
   loadable (): LocalModel[]
-  /** Loads a downloaded model, swapping out the loaded one once its requests have finished. */
+  /** Loads a downloaded model for a request, beside those loaded (evicting an idle one if it must). */
   load (modelID: string): Promise<void>
 }
 
@@ -30,13 +30,12 @@ export interface LocalRouterDeps {
   models?: LocalModels
 }
 
-/** Times one request may find its model swapped out by another's before it gives up (two requests ping-ponging). */
+/** Times one request may find its model unloaded between its load and its admission before it gives up (models evicting each other). */
 const MAX_SWAPS_PER_REQUEST = 3
 
 /**
- * Runs a request on this node's engine: on the loaded model, or on a downloaded one, which it loads first (as
- * Ollama and LM Studio do), swapping out the current model once its running generations finish. The network's
- * router wraps this one and sends everything else to peers.
+ * Runs a request on this node's engine: on a loaded model, or on a downloaded one, which it loads first beside the
+ * others (as Ollama and LM Studio do). The network's router wraps this one and sends everything else to peers.
  */
 export class LocalRouter implements ChatRouter {
   readonly #deps: LocalRouterDeps
@@ -74,8 +73,8 @@ export class LocalRouter implements ChatRouter {
     if (found?.status === 'failed') {
       return new UnavailableError(`Model ${found.modelID} failed to download on this node${peers}; download it again with \`meshnode models download ${found.modelID}\``)
     }
-    const loaded = this.#deps.engine.loaded()
-    return new NotFoundError(`Model ${modelID} is not on this node${peers} (${loaded == null ? 'no model is loaded' : `loaded: ${loaded.modelID}`}); ` +
+    const loaded = this.#deps.engine.loadedModels().map((model) => model.modelID)
+    return new NotFoundError(`Model ${modelID} is not on this node${peers} (${loaded.length === 0 ? 'no model is loaded' : `loaded: ${loaded.join(', ')}`}); ` +
       howToGetModel(modelID))
   }
 
@@ -97,10 +96,10 @@ export class LocalRouter implements ChatRouter {
   }
 
   models (): ModelListing[] {
-    const loaded = this.#deps.engine.loaded()
-    const listed: ModelListing[] = loaded == null ? [] : [{ modelID: loaded.modelID, ownedBy: 'local', loaded: true }]
+    const loaded = this.#deps.engine.loadedModels().map((model) => model.modelID)
+    const listed: ModelListing[] = loaded.map((modelID) => ({ modelID, ownedBy: 'local', loaded: true }))
     for (const model of this.#deps.models?.loadable() ?? []) {
-      if (loaded == null || !this.#deps.sameModel(loaded.modelID, model.modelID)) listed.push({ modelID: model.modelID, ownedBy: 'local', loaded: false })
+      if (!loaded.some((id) => this.#deps.sameModel(id, model.modelID))) listed.push({ modelID: model.modelID, ownedBy: 'local', loaded: false })
     }
     return listed
   }
@@ -109,7 +108,7 @@ export class LocalRouter implements ChatRouter {
     for (let swaps = 0; ; swaps++) {
       const loadedID = await this.#ready(request.modelID, options.signal)
       try {
-        // The engine checks, when it lets the request in, that this is still the model loaded.
+        // The engine checks, when it lets the request in, that the model is still loaded.
         yield * this.#deps.engine.serve(request, { signal: options.signal, requester: options.requester, modelID: loadedID })
         return
       } catch (err) {
@@ -120,7 +119,7 @@ export class LocalRouter implements ChatRouter {
     }
   }
 
-  /** Makes `modelID` the loaded model if it is not; returns the id the engine has it under. */
+  /** Loads `modelID` if it is not loaded; returns the id the engine has it under. */
   async #ready (modelID: string, signal: AbortSignal | undefined): Promise<string> {
     for (let swaps = 0; ; swaps++) {
       signal?.throwIfAborted()
@@ -133,8 +132,8 @@ export class LocalRouter implements ChatRouter {
   }
 
   #loadedAs (modelID: string): string | null {
-    const loaded = this.#deps.engine.loaded()
-    return loaded != null && this.#deps.sameModel(loaded.modelID, modelID) ? loaded.modelID : null
+    if (this.#deps.engine.loaded(modelID) != null) return modelID
+    return this.#deps.engine.loadedModels().find((model) => this.#deps.sameModel(model.modelID, modelID))?.modelID ?? null
   }
 
   async #load (modelID: string): Promise<void> {

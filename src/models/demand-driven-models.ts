@@ -115,7 +115,7 @@ export class DemandDrivenModels {
     for (const entry of this.#deps.demand.list()) add(entry.modelID, entry.requests)
     // One peer's word weighs at most PEER_DEMAND_CAP requests per model: a peer cannot steer our downloads alone.
     for (const peer of peers) for (const entry of peer.record.demand) add(entry.modelID, Math.min(entry.requests, PEER_DEMAND_CAP))
-    const served = [this.#deps.models.loadedModel()?.modelID, ...peers.map(p => p.record.models.loaded)].filter((id): id is string => id != null)
+    const served = [this.#deps.models.loadedModel()?.modelID, ...peers.flatMap(p => p.record.models.allLoaded ?? [p.record.models.loaded])].filter((id): id is string => id != null)
     return totals.filter(e => !served.some(id => sameModel(id, e.modelID))).sort((a, b) => b.requests - a.requests)
   }
 

@@ -7,9 +7,11 @@ export interface ModelEventMap {
   'download.verifying': [{ modelID: string }]
   'download.completed': [{ modelID: string, sizeBytes: number, sha256: string }]
   'download.failed': [{ modelID: string, error: string }]
-  'model.loaded': [{ modelID: string, contextLength: number }]
+  /** `reason`: `explicit` (a load call, `serve --model`, a reload at start) or `request` (a request named it). */
+  'model.loaded': [{ modelID: string, contextLength: number, reason: 'explicit' | 'request' }]
   'model.load_failed': [{ modelID: string, error: string }]
-  'model.unloaded': [{ modelID: string }]
+  /** `reason`: `explicit` (an unload call), `evicted` (room for another), `idle` (past the keep-alive) or `closing`. */
+  'model.unloaded': [{ modelID: string, reason: 'explicit' | 'evicted' | 'idle' | 'closing' }]
   'model.evicted': [{ modelID: string, sizeBytes: number }]
 }
 export type ModelEventType = keyof ModelEventMap

@@ -1,14 +1,51 @@
-// Which model the engine holds: loading one (replacing the one loaded), unloading, what to show while a load runs,
-// and "last used" for eviction, marked in memory on every chat and written in batches (ModelRecords.flushUsage).
+// Which models the engine holds: loading one beside the others, unloading one or all, what to show while a load
+// runs, the models to load again at the next start, and "last used" for disk eviction, marked in memory on every
+// chat and written in batches (ModelRecords.flushUsage).
 import type { EventEmitter } from 'node:events'
 import type { Logger } from 'pino'
 import { InvalidInputError } from '../errors.ts'
-import type { LoadedModelInfo, LoadOptions } from '../inference/index.ts'
 import type { ModelEventMap } from './events.ts'
 import { modelKey } from './model-id.ts'
 import type { ModelRecords } from './records.ts'
 
-/** The model the engine holds, for the /v1/app snapshot. */
+/** How a model came to be loaded: asked for (`load`, `serve --model`: stays until unloaded), or by a request naming it. */
+export type LoadReason = 'explicit' | 'request'
+/** Why a model left memory. */
+export type UnloadReason = 'explicit' | 'evicted' | 'idle' | 'closing'
+
+/** A model in the engine, as the engine describes it. */
+export interface EngineModel {
+  readonly modelID: string
+  readonly path: string
+  readonly kind: 'chat' | 'embedding'
+  readonly memoryBytes: number
+  readonly contextLength: number
+  readonly trainContextLength: number
+  readonly slots: number
+  readonly backend: string
+  readonly gpuLayers: number
+  readonly totalLayers: number
+}
+
+/** A loaded model with what it is doing. */
+export interface EngineModelState extends EngineModel {
+  readonly loadedBy: LoadReason
+  readonly busySlots: number
+  readonly queued: number
+  readonly idleMs: number
+}
+
+/** The part of LocalEngine the store drives. */
+export interface ModelEngine {
+  load: (modelID: string, path: string, options?: { reason?: LoadReason }) => Promise<EngineModel>
+  unload: (modelID?: string) => Promise<string[]>
+  loaded: (modelID?: string) => EngineModel | null
+  loadedModels: () => EngineModelState[]
+  on: ((event: 'loaded', listener: (event: { info: EngineModel, reason: LoadReason }) => void) => unknown) &
+    ((event: 'unloaded', listener: (event: { modelID: string, reason: UnloadReason }) => void) => unknown)
+}
+
+/** The model the engine holds (the one used most recently), for the /v1/app snapshot's `model`. */
 export interface LoadedModel {
   modelID: string
   status: 'loaded' | 'loading'
@@ -17,11 +54,16 @@ export interface LoadedModel {
   gpu: { backend: string, gpuLayers: number, totalLayers: number } | null
 }
 
-/** The part of LocalEngine the store drives. */
-export interface ModelEngine {
-  load: (modelID: string, path: string, options?: LoadOptions) => Promise<LoadedModelInfo>
-  unload: () => Promise<void>
-  loaded: () => LoadedModelInfo | null
+/** What a listing shows of a loaded model. */
+export interface LoadedState {
+  kind: 'chat' | 'embedding'
+  memoryBytes: number
+  contextLength: number
+  slots: number
+  busySlots: number
+  queued: number
+  loadedBy: LoadReason
+  idleSeconds: number
 }
 
 export interface ModelLoaderDeps {
@@ -40,59 +82,97 @@ export interface LoadableModel {
 
 export class ModelLoader {
   readonly #deps: ModelLoaderDeps
-  #loading: { key: string, modelID: string } | null = null
+  /** Loads in progress, by key, with the id they load. */
+  readonly #loading = new Map<string, string>()
 
   constructor (deps: ModelLoaderDeps) {
     this.#deps = deps
+    // Every load and unload the engine makes, whoever asked (a request, an eviction, the keep-alive), is announced once
+    deps.engine.on('loaded', ({ info, reason }) => {
+      deps.events.emit('model.loaded', { modelID: info.modelID, contextLength: info.contextLength, reason })
+    })
+    deps.engine.on('unloaded', ({ modelID, reason }) => {
+      deps.events.emit('model.unloaded', { modelID, reason })
+    })
   }
 
-  /** Loads a model into the engine, replacing the one loaded; remembers it as the one to reload at the next start. */
-  async load (model: LoadableModel, options: LoadOptions = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
+  /**
+   * Loads a model into the engine beside those loaded (evicting as the engine decides); one loaded explicitly is
+   * remembered as one to load again at the next start.
+   */
+  async load (model: LoadableModel, options: { reason?: LoadReason } = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
     const { key, modelID, path } = model
-    const before = this.#deps.engine.loaded()
-    if (before?.modelID !== modelID || before.path !== path) this.#loading = { key, modelID }
-    let info: LoadedModelInfo
+    const reason = options.reason ?? 'explicit'
+    const held = this.#deps.engine.loaded(modelID)
+    if (held?.path !== path) this.#loading.set(key, modelID)
+    let info: EngineModel
     try {
-      info = await this.#deps.engine.load(modelID, path, options)
+      info = await this.#deps.engine.load(modelID, path, { reason })
     } finally {
-      if (this.#loading?.key === key) this.#loading = null
+      this.#loading.delete(key)
     }
-    this.#deps.records.markLoaded(key, info.trainContextLength)
-    // The engine answers a load of the model it holds with the same info: nothing was loaded, nothing to announce
-    if (info !== before) this.#deps.events.emit('model.loaded', { modelID, contextLength: info.contextLength })
+    this.#deps.records.markLoaded(key, info.trainContextLength, reason === 'explicit')
     return { modelID, status: 'loaded', contextLength: info.contextLength }
   }
 
-  /** Unloads the loaded model, if any, and forgets it as the one to reload at start. Returns its id, or null. */
-  async unload (): Promise<{ modelID: string | null }> {
-    const loaded = this.#deps.engine.loaded()
-    await this.#deps.engine.unload()
-    this.#deps.records.clearLastLoaded()
-    if (loaded != null) this.#deps.events.emit('model.unloaded', { modelID: loaded.modelID })
-    return { modelID: loaded?.modelID ?? null }
+  /**
+   * Unloads one model (by its id as loaded), or every model when none is named, once their requests in flight have
+   * finished, and forgets them as models to load at start. Returns the ids unloaded.
+   */
+  async unload (modelID?: string): Promise<string[]> {
+    const unloaded = await this.#deps.engine.unload(modelID)
+    if (modelID == null) this.#deps.records.forgetLoaded()
+    for (const id of unloaded) {
+      const key = keyOf(id)
+      if (key != null) this.#deps.records.forgetLoaded(key)
+    }
+    return unloaded
   }
 
-  /** What the engine holds, or is loading, for the snapshot. */
+  /** The id the engine has `modelID` loaded under (any spelling of ours), or null. */
+  loadedAs (modelID: string): string | null {
+    const key = keyOf(modelID) ?? modelID.toLowerCase()
+    return this.#deps.engine.loadedModels().find((model) => (keyOf(model.modelID) ?? model.modelID.toLowerCase()) === key)?.modelID ?? null
+  }
+
+  /** A model being loaded, else the one used most recently, for the snapshot's `model`: what was asked for last. */
   loadedModel (): LoadedModel | null {
-    if (this.#loading != null) return { modelID: this.#loading.modelID, status: 'loading', contextLength: null, gpu: null }
+    const loading = [...this.#loading.values()].at(-1)
+    if (loading != null) return { modelID: loading, status: 'loading', contextLength: null, gpu: null }
     const info = this.#deps.engine.loaded()
-    return info == null
-      ? null
-      : { modelID: info.modelID, status: 'loaded', contextLength: info.contextLength, gpu: { backend: info.backend, gpuLayers: info.gpuLayers, totalLayers: info.totalLayers } }
+    if (info == null) return null
+    return { modelID: info.modelID, status: 'loaded', contextLength: info.contextLength, gpu: { backend: info.backend, gpuLayers: info.gpuLayers, totalLayers: info.totalLayers } }
   }
 
-  /** The key of the engine's model; the engine may hold one loaded under an id that is not ours (a test's path). */
-  loadedKey (): string | null {
-    const loaded = this.#deps.engine.loaded()
-    return loaded == null ? null : keyOf(loaded.modelID) ?? loaded.modelID.toLowerCase() // matches none of our rows
+  /** What each loaded model is doing, by key (an id that is not ours — a test's path — keyed by its lower case). */
+  loadedStates (): Map<string, LoadedState> {
+    const states = new Map<string, LoadedState>()
+    for (const model of this.#deps.engine.loadedModels()) {
+      states.set(keyOf(model.modelID) ?? model.modelID.toLowerCase(), {
+        kind: model.kind,
+        memoryBytes: model.memoryBytes,
+        contextLength: model.contextLength,
+        slots: model.slots,
+        busySlots: model.busySlots,
+        queued: model.queued,
+        loadedBy: model.loadedBy,
+        idleSeconds: Math.floor(model.idleMs / 1000)
+      })
+    }
+    return states
   }
 
-  /** Whether the model is loaded or being loaded: eviction must leave it alone. */
+  /** Keys of the models being loaded. */
+  loadingKeys (): string[] {
+    return [...this.#loading.keys()]
+  }
+
+  /** Whether the model is loaded or being loaded: disk eviction must leave it alone. */
   inUse (key: string): boolean {
-    return this.#loading?.key === key || this.loadedKey() === key
+    return this.#loading.has(key) || this.loadedStates().has(key)
   }
 
-  /** Marks a model used now (a chat served by it), so eviction takes models unused for longest first. No SQLite write. */
+  /** Marks a model used now (a chat served by it), so disk eviction takes models unused for longest first. No SQLite write. */
   touch (modelID: string): void {
     const key = keyOf(modelID)
     if (key != null) this.#deps.records.markUsed(key)

@@ -5,7 +5,6 @@
 import { EventEmitter } from 'node:events'
 import { join, resolve } from 'node:path'
 import type { Logger } from 'pino'
-import type { LoadOptions } from '../inference/index.ts'
 import type { Settings } from '../settings/index.ts'
 import type { Database } from '../store/index.ts'
 import { CATALOG } from './catalog.ts'
@@ -17,7 +16,7 @@ import type { ModelEventMap } from './events.ts'
 import { HubClient } from './hub.ts'
 import { importedModelID, inspectImportedFile } from './imported-file.ts'
 import { modelKey, parseModelID } from './model-id.ts'
-import { ModelLoader, type LoadedModel, type ModelEngine } from './model-loader.ts'
+import { ModelLoader, type LoadedModel, type LoadReason, type ModelEngine } from './model-loader.ts'
 import { ModelRecords, availableRecord, hubRecord, type ImportedRow, type LiveState, type ModelRecord } from './records.ts'
 import { StorageBudget } from './storage-budget.ts'
 
@@ -131,11 +130,12 @@ export class ModelStore {
   }
 
   /**
-   * Loads a downloaded model into the engine, replacing the one loaded. ModelNotFoundError for an unknown id,
-   * ModelNotDownloadedError (409) when it is not downloaded yet; ModelLoadError (409) when the file will not load.
-   * `whenIdle` lets the current model finish its requests first (a model loaded for a request that names it).
+   * Loads a downloaded model into the engine beside those loaded. ModelNotFoundError for an unknown id,
+   * ModelNotDownloadedError (409) when it is not downloaded yet; ModelLoadError (409) when the file will not load,
+   * ModelTooLargeError (409) when it cannot fit. `reason` `request` (a model loaded for a request that names it) may
+   * be evicted and leaves after the keep-alive; `explicit`, the default, stays and is loaded again at the next start.
    */
-  async load (rawID: string, options: LoadOptions = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
+  async load (rawID: string, options: { reason?: LoadReason } = {}): Promise<{ modelID: string, status: 'loaded', contextLength: number }> {
     const found = this.#find(rawID)
     if (found.kind === 'imported') return await this.#loader.load({ key: found.row.model_key, modelID: found.row.model_id, path: found.row.path }, options)
     const { ref } = found
@@ -150,9 +150,22 @@ export class ModelStore {
     return await this.#loader.load({ key, modelID: row.model_id, path: join(this.#dir, row.path) }, options)
   }
 
-  /** Unloads the loaded model, if any, and forgets it as the one to reload at start. Returns its id, or null. */
-  async unload (): Promise<{ modelID: string | null }> {
-    return await this.#loader.unload()
+  /**
+   * Unloads the model `rawID` names (any spelling of its id), or every loaded model when none is named, once their
+   * requests in flight have finished; they are no longer loaded at the next start. A known model that is not loaded
+   * is a no-op; an id this node does not know is ModelNotFoundError. Returns the ids unloaded.
+   */
+  async unload (rawID?: string): Promise<string[]> {
+    if (rawID == null) return await this.#loader.unload()
+    const loadedID = this.#loader.loadedAs(rawID)
+    if (loadedID != null) return await this.#loader.unload(loadedID)
+    this.#find(rawID) // throws for an id that names no model here
+    return []
+  }
+
+  /** Whether the model `rawID` names is loaded, and under which id. */
+  loadedAs (rawID: string): string | null {
+    return this.#loader.loadedAs(rawID)
   }
 
   /** What the engine holds, or is loading, for the snapshot. */
@@ -171,15 +184,17 @@ export class ModelStore {
   }
 
   /**
-   * Loads the model that was loaded when the node last stopped. Returns at once; the load runs in the background
-   * (a large model takes a while, and the node answers meanwhile). A failure is logged and sent as `model.load_failed`.
+   * Loads the models that were loaded explicitly when the node last stopped. Returns at once; the loads run in the
+   * background (a large model takes a while, and the node answers meanwhile). A failure is logged and sent as
+   * `model.load_failed`.
    */
   reloadLast (): void {
-    const key = this.#records.lastLoadedKey()
-    const row = key == null ? null : this.#records.get(key) ?? this.#records.getImported(key)
-    if (row == null || ('status' in row && row.status !== 'downloaded')) return
-    this.#log.info({ modelID: row.model_id }, 'reloading the model loaded before the last stop')
-    this.loadInBackground(row.model_id)
+    for (const key of this.#records.loadedKeys()) {
+      const row = this.#records.get(key) ?? this.#records.getImported(key)
+      if (row == null || ('status' in row && row.status !== 'downloaded')) continue
+      this.#log.info({ modelID: row.model_id }, 'reloading a model loaded before the last stop')
+      this.loadInBackground(row.model_id)
+    }
   }
 
   /**
@@ -247,6 +262,6 @@ export class ModelStore {
   }
 
   #live (): LiveState {
-    return { loadedKey: this.#loader.loadedKey(), progress: (key) => this.#downloader.progress(key) }
+    return { loaded: this.#loader.loadedStates(), progress: (key) => this.#downloader.progress(key) }
   }
 }

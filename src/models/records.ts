@@ -5,6 +5,7 @@
 import { basename } from 'node:path'
 import { inTransaction, type Database } from '../store/index.ts'
 import type { CatalogEntry } from './catalog.ts'
+import type { LoadedState } from './model-loader.ts'
 import { describeHubFile } from './model-id.ts'
 
 export type ModelStatus = 'available' | 'downloading' | 'downloaded' | 'loaded' | 'failed'
@@ -24,6 +25,8 @@ export interface ModelRecord {
   error: string | null
   /** Where the file comes from: `hf.co/<org>/<repo>/<file>`, or `file:<absolute path>` for an imported file. */
   source: string
+  /** What it is doing while loaded (status `loaded`); null otherwise. */
+  loaded: LoadedState | null
 }
 
 export interface ModelProgress {
@@ -66,9 +69,9 @@ export interface ImportedRow {
   last_used_at: string | null
 }
 
-/** What a record shows of the node's live state: which model is loaded, how far each download is. */
+/** What a record shows of the node's live state: which models are loaded, how far each download is. */
 export interface LiveState {
-  loadedKey: string | null
+  loaded: ReadonlyMap<string, LoadedState>
   progress: (key: string) => ModelProgress | null
 }
 
@@ -105,10 +108,10 @@ export class ModelRecords {
         ON CONFLICT (model_key) DO UPDATE SET size_bytes = excluded.size_bytes WHERE path = excluded.path`),
       markImportedUsed: db.prepare('UPDATE imported_models SET last_used_at = ? WHERE model_key = ?'),
       setImportedContextLength: db.prepare('UPDATE imported_models SET context_length = ? WHERE model_key = ?'),
-      forgetLastLoaded: db.prepare('DELETE FROM loaded_model WHERE model_key = ?'),
-      lastLoaded: db.prepare('SELECT model_key FROM loaded_model WHERE id = 1'),
-      setLastLoaded: db.prepare('INSERT INTO loaded_model (id, model_key) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET model_key = excluded.model_key'),
-      clearLastLoaded: db.prepare('DELETE FROM loaded_model')
+      forgetLoaded: db.prepare('DELETE FROM loaded_models WHERE model_key = ?'),
+      loaded: db.prepare('SELECT model_key FROM loaded_models ORDER BY loaded_at, model_key'),
+      setLoaded: db.prepare('INSERT INTO loaded_models (model_key, loaded_at) VALUES (?, ?) ON CONFLICT (model_key) DO NOTHING'),
+      clearLoaded: db.prepare('DELETE FROM loaded_models')
     }
   }
 
@@ -141,7 +144,7 @@ export class ModelRecords {
     inTransaction(this.#db, () => {
       if (replacing != null) {
         this.#statements.remove.run(replacing.model_key)
-        this.#statements.forgetLastLoaded.run(replacing.model_key)
+        this.#statements.forgetLoaded.run(replacing.model_key)
       }
       this.#statements.upsertDownloading.run(row.model_key, row.model_id, row.repo, row.file, row.path, row.size_bytes, row.sha256, row.revision, now())
     })
@@ -165,17 +168,20 @@ export class ModelRecords {
     inTransaction(this.#db, () => {
       for (const key of keys) {
         this.#statements.remove.run(key)
-        this.#statements.forgetLastLoaded.run(key)
+        this.#statements.forgetLoaded.run(key)
         this.#pendingUsage.delete(key)
       }
     })
   }
 
-  /** A model was loaded: the one to reload at the next start, used now, with the context its file declares. */
-  markLoaded (key: string, trainContextLength: number): void {
+  /**
+   * A model was loaded: used now, with the context its file declares; one loaded explicitly (`reload`) is loaded
+   * again at the next start.
+   */
+  markLoaded (key: string, trainContextLength: number, reload: boolean): void {
     inTransaction(this.#db, () => {
-      this.#statements.setLastLoaded.run(key)
       const at = now()
+      if (reload) this.#statements.setLoaded.run(key, at)
       this.#statements.markUsed.run(at, key)
       this.#statements.markImportedUsed.run(at, key)
       this.#statements.setContextLength.run(trainContextLength, key)
@@ -184,12 +190,15 @@ export class ModelRecords {
     this.#pendingUsage.delete(key)
   }
 
-  lastLoadedKey (): string | null {
-    return (this.#statements.lastLoaded.get() as { model_key: string } | undefined)?.model_key ?? null
+  /** The models to load again at the next start, in the order they were loaded. */
+  loadedKeys (): string[] {
+    return (this.#statements.loaded.all() as Array<{ model_key: string }>).map((row) => row.model_key)
   }
 
-  clearLastLoaded (): void {
-    this.#statements.clearLastLoaded.run()
+  /** Forgets `key` as a model to load at start; every model when none is given. */
+  forgetLoaded (key?: string): void {
+    if (key == null) this.#statements.clearLoaded.run()
+    else this.#statements.forgetLoaded.run(key)
   }
 
   /** Marks a model used now, in memory only: the chat path never writes SQLite (see `flushUsage`). */
@@ -240,26 +249,28 @@ export class ModelRecords {
       quantization: described.quantization,
       sizeBytes: row.size_bytes,
       contextLength: row.context_length,
-      status: live.loadedKey === row.model_key ? 'loaded' : 'downloaded',
+      status: live.loaded.has(row.model_key) ? 'loaded' : 'downloaded',
       progress: null,
       error: null,
-      source: `file:${row.path}`
+      source: `file:${row.path}`,
+      loaded: live.loaded.get(row.model_key) ?? null
     }
   }
 
   /** The listing's record of a row; `entry` is its catalog entry, if it has one. */
   record (row: ModelRow, entry: CatalogEntry | null, live: LiveState): ModelRecord {
     const base = entry == null ? hubRecord(row.model_id, row.repo, row.file) : availableRecord(entry)
-    const isLoaded = row.status === 'downloaded' && live.loadedKey === row.model_key
+    const loaded = row.status === 'downloaded' ? live.loaded.get(row.model_key) ?? null : null
     return {
       ...base,
       modelID: row.model_id,
       sizeBytes: row.size_bytes ?? base.sizeBytes,
       contextLength: base.contextLength ?? row.context_length,
-      status: isLoaded ? 'loaded' : row.status,
+      status: loaded != null ? 'loaded' : row.status,
       progress: row.status === 'downloading' ? { ...(live.progress(row.model_key) ?? emptyProgress(row.size_bytes)) } : null,
       error: row.status === 'failed' ? row.error : null,
-      source: `hf.co/${row.repo}/${row.file}`
+      source: `hf.co/${row.repo}/${row.file}`,
+      loaded
     }
   }
 }
@@ -276,7 +287,8 @@ export function availableRecord (entry: CatalogEntry): ModelRecord {
     status: 'available',
     progress: null,
     error: null,
-    source: `hf.co/${entry.repo}/${entry.file}`
+    source: `hf.co/${entry.repo}/${entry.file}`,
+    loaded: null
   }
 }
 
@@ -294,7 +306,8 @@ export function hubRecord (modelID: string, repo: string, file: string): ModelRe
     status: 'available',
     progress: null,
     error: null,
-    source: `hf.co/${repo}/${file}`
+    source: `hf.co/${repo}/${file}`,
+    loaded: null
   }
 }
 

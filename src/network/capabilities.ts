@@ -26,9 +26,14 @@ export const CapabilityRecord = z.object({
   /** One higher at every change this node makes to its record; a peer keeps the highest it has seen. */
   version: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
   name: z.string().min(1).max(128),
-  /** The model this node serves now, and every model it has on disk (which it could load). */
+  /**
+   * The model this node used most recently, every model it holds loaded (`allLoaded`, the first among them; absent
+   * from nodes that hold one model at a time, whose `loaded` is all), and every model it has on disk (which it could
+   * load).
+   */
   models: z.object({
     loaded: ModelIDString.nullable(),
+    allLoaded: z.array(ModelIDString).max(MAX_ADVERTISED_MODELS).optional(),
     downloaded: z.array(ModelIDString).max(MAX_ADVERTISED_MODELS)
   }),
   capacity: z.object({
@@ -115,4 +120,9 @@ export async function pushCapabilities (stream: Stream, envelope: SignedEnvelope
   await requestOnStream(stream, { type: 'push', record: envelope }, PushAnswer, {
     signal: options.signal, timeoutMs: CAPABILITIES_READ_TIMEOUT_MS, maxRequestBytes: MAX_CAPABILITIES_RECORD_BYTES, maxAnswerBytes: MAX_CAPABILITIES_REQUEST_BYTES
   })
+}
+
+/** Every model a peer's record says it holds loaded. */
+export function loadedModelsOf (record: CapabilityRecord): string[] {
+  return record.models.allLoaded ?? (record.models.loaded == null ? [] : [record.models.loaded])
 }

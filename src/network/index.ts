@@ -16,7 +16,7 @@ export type { PeerInfo, PeerStatus, PeerTableEvents as PeerNetworkEvents } from 
 export type { PeerType } from './admission.ts'
 export type { HandleOptions, RemotePeer, PeerStreamHandler } from './protocol-registry.ts'
 export type { RecordPart, RecordParts } from './record-advertiser.ts'
-export { CAPABILITIES_PROTOCOL, MAX_ADVERTISED_CERTIFICATES } from './capabilities.ts'
+export { CAPABILITIES_PROTOCOL, MAX_ADVERTISED_CERTIFICATES, loadedModelsOf } from './capabilities.ts'
 export type { CapabilityRecord } from './capabilities.ts'
 export { PeerRouter } from './router.ts'
 export type { PeerRouterDeps, PeerRouterOptions, RouterNetwork, InferenceBilling } from './router.ts'

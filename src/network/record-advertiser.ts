@@ -184,7 +184,11 @@ export class RecordAdvertiser {
     // most needed first (the PTN domain orders its certificates by use), so what is cut is what is needed least.
     return {
       ...parts,
-      models: { loaded: parts.models.loaded, downloaded: parts.models.downloaded.slice(0, MAX_ADVERTISED_MODELS) },
+      models: {
+        loaded: parts.models.loaded,
+        ...(parts.models.allLoaded == null ? {} : { allLoaded: parts.models.allLoaded.slice(0, MAX_ADVERTISED_MODELS) }),
+        downloaded: parts.models.downloaded.slice(0, MAX_ADVERTISED_MODELS)
+      },
       ptnCertificates: parts.ptnCertificates.slice(0, MAX_ADVERTISED_CERTIFICATES),
       demand: parts.demand.slice(0, MAX_DEMAND_ENTRIES)
     }

@@ -6,6 +6,7 @@ import { billableTokens, type InferenceCharge, type InferenceChargeRequest } fro
 import type { PeerStreams } from '../wire/index.ts'
 import { RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
 import type { PeerInfo } from './peer-table.ts'
+import { loadedModelsOf } from './capabilities.ts'
 
 /** What the router uses of the peer network (`PeerNetwork` has it). */
 export interface RouterNetwork extends PeerStreams {
@@ -84,7 +85,7 @@ export class PeerRouter implements ChatRouter {
    */
   candidates (modelID: string, ptnID: string | null = null): PeerInfo[] {
     return this.#deps.network.peers()
-      .filter(peer => peer.record.models.loaded != null && this.#deps.sameModel(peer.record.models.loaded, modelID))
+      .filter(peer => loadedModelsOf(peer.record).some(loaded => this.#deps.sameModel(loaded, modelID)))
       .filter(peer => ptnID == null || peer.ptnIDs.includes(ptnID))
       .map(peer => ({ peer, key: rankKey(peer) }))
       .sort((a, b) => compareKeys(a.key, b.key))
@@ -95,10 +96,11 @@ export class PeerRouter implements ChatRouter {
     const listed = this.#deps.settings.get().inference_backend === 'peers' ? [] : this.#deps.local.models()
     const seen = (modelID: string): boolean => listed.some(model => this.#deps.sameModel(model.modelID, modelID))
     for (const peer of this.#deps.network.peers()) {
-      const loaded = peer.record.models.loaded
-      if (loaded == null || seen(loaded)) continue
-      const best = this.candidates(loaded)[0] ?? peer
-      listed.push({ modelID: loaded, ownedBy: `peer:${best.nodeID}`, loaded: true })
+      for (const loaded of loadedModelsOf(peer.record)) {
+        if (seen(loaded)) continue
+        const best = this.candidates(loaded)[0] ?? peer
+        listed.push({ modelID: loaded, ownedBy: `peer:${best.nodeID}`, loaded: true })
+      }
     }
     return listed
   }

@@ -22,7 +22,9 @@ export interface ServingPolicyDeps {
     /** Any request, by kind (`LocalEngine.serve`). */
     serve (request: InferenceRequest, options: GenerateOptions): AsyncIterable<InferenceEvent>
     stats (): { slots: number }
+    /** The model used most recently. */
     loaded (): { modelID: string } | null
+    loadedModels (): ReadonlyArray<{ modelID: string }>
   }
   sameModel: (a: string, b: string) => boolean
   settings: { get (): { org_capacity_reservation: number, inference_backend: string } }
@@ -111,11 +113,13 @@ export class ServingPolicy {
 
   #admit (ask: PeerGeneration): { modelID: string, member: boolean } {
     const settings = this.#deps.settings.get()
-    const loaded = this.#deps.engine.loaded()
+    // Any model loaded here serves a peer's ask that names it; one that names none runs on the model used last
+    const wanted = ask.modelID
+    const loaded = wanted == null ? this.#deps.engine.loaded() : this.#deps.engine.loadedModels().find((model) => this.#deps.sameModel(model.modelID, wanted)) ?? null
     const refusal = settings.inference_backend === 'peers'
       ? 'this node runs no inference for peers (inference_backend is peers)'
-      : loaded == null ? 'this node has no model loaded' : null
-    if (refusal != null || loaded == null || (ask.modelID != null && !this.#deps.sameModel(loaded.modelID, ask.modelID))) {
+      : this.#deps.engine.loaded() == null ? 'this node has no model loaded' : null
+    if (refusal != null || loaded == null) {
       if (ask.modelID != null) this.#deps.recordDemand(ask.modelID)
       throw new NotServedError(ask.modelID == null ? capitalized(refusal ?? 'this node has no model loaded') : `Model ${ask.modelID} is not served by this node${refusal == null ? '' : `: ${refusal}`}`)
     }

@@ -196,5 +196,12 @@ export const MIGRATIONS: readonly string[] = [
      alias TEXT PRIMARY KEY COLLATE NOCASE CHECK (length(alias) BETWEEN 1 AND 256),
      model_id TEXT NOT NULL,
      created_at TEXT NOT NULL
-   );`
+   );`,
+  // several loaded models: every model loaded explicitly is reloaded at the next start, not only the last one
+  `CREATE TABLE loaded_models (
+     model_key TEXT PRIMARY KEY,
+     loaded_at TEXT NOT NULL
+   );
+   INSERT INTO loaded_models (model_key, loaded_at) SELECT model_key, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM loaded_model;
+   DROP TABLE loaded_model;`
 ]

@@ -38,6 +38,20 @@ test('models list, download, load and unload drive the node over HTTP', async (t
   assert.match(load.stdout, new RegExp(`^Loaded ${CATALOG_ID} \\(context \\d+ tokens\\)`))
   assert.equal(node.engine.loaded()?.modelID, CATALOG_ID)
 
+  // A second model beside it: list and status show both with what each does; unload takes one by name, then the rest
+  const second = await writeTinyGguf(join(await tempDir(t), 'second.gguf'), { seed: 2 })
+  assert.equal((await node.models.import(second.path, 'second-model')).modelID, 'second-model')
+  await node.models.load('second-model')
+  const both = await meshnode(['models', 'list', ...common])
+  assert.match(both.stdout, new RegExp(`^${CATALOG_ID}\\s.*loaded: 0/2 slots busy, [\\d.]+ [kM]B, stays$`, 'm'))
+  assert.match(both.stdout, /^second-model\s.*loaded: 0\/2 slots busy, [\d.]+ [kM]B, stays$/m)
+  const status = await meshnode(['status', ...common])
+  assert.match(status.stdout, new RegExp(`^loaded\\s+(${CATALOG_ID}|second-model) \\(0/2 slots busy.*\\)\\n\\s+(${CATALOG_ID}|second-model) \\(`, 'm'))
+  const one = await meshnode(['models', 'unload', 'second-model', ...common])
+  assert.equal(one.code, 0, one.stderr)
+  assert.equal(one.stdout.trim(), 'Unloaded second-model')
+  assert.deepEqual(node.engine.loadedModels().map((model) => model.modelID), [CATALOG_ID])
+
   const unload = await meshnode(['models', 'unload', ...common])
   assert.equal(unload.code, 0, unload.stderr)
   assert.equal(unload.stdout.trim(), `Unloaded ${CATALOG_ID}`)

@@ -30,10 +30,10 @@ test('non-streaming completion through the official openai client: shape, real u
 test('the node\'s flashAttention setting (serve --flash-attention) reaches llama.cpp, and the node answers with it off', async (t) => {
   const { node, openai } = await startChatNode(t, { flashAttention: 'off' })
   // node-llama-cpp's getter reports what the engine asked llama.cpp for (the default would be 'auto').
-  const context = (node.engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context
-  assert.equal(context.flashAttention, false)
   const answer = await openai.chat.completions.create({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, temperature: 0 })
   assert.equal(answer.usage?.completion_tokens, 8)
+  const loaded = (node.engine as unknown as { models: Map<string, { context: { flashAttention: boolean | 'auto' } | null }> }).models.get(TINY_MODEL_ID)
+  assert.equal(loaded?.context?.flashAttention, false)
 })
 
 test('streaming: role chunk first, content deltas, a finish chunk, the usage chunk, [DONE]', async (t) => {
@@ -244,7 +244,7 @@ test('a failure mid-stream ends with an OpenAI-shaped error event, then [DONE]',
   assert.equal(response.status, 200)
   const reading = collectSse(response)
   await waitFor(() => node.engine.stats().busySlots === 1, { what: 'generation to start' })
-  await node.engine.unload() // pulls the model out from under the running generation
+  await node.engine.close() // pulls the model out from under the running generation (an unload would let it finish)
   const { data } = await reading
   assert.equal(data.at(-1), '[DONE]')
   const error = JSON.parse(data.at(-2) ?? '{}') as { error?: { type: string, message: string } }

@@ -69,7 +69,8 @@ test('download sends progress events, verifies the sha256, and the model loads, 
     status: 'downloaded',
     progress: null,
     error: null,
-    source: `hf.co/${REPO}/tiny.gguf`
+    source: `hf.co/${REPO}/tiny.gguf`,
+    loaded: null
   })
   const path = join(modelsDir, 'meshnode-test', 'tiny-GGUF', 'tiny.gguf')
   assert.equal((await stat(path)).size, gguf.sizeBytes)
@@ -83,7 +84,7 @@ test('download sends progress events, verifies the sha256, and the model loads, 
   assert.equal(load.status, 200, JSON.stringify(load.body))
   assert.deepEqual(load.body, { status: 'loaded', modelID: MODEL, contextLength: load.body.contextLength })
   assert.ok(load.body.contextLength > 0)
-  assert.deepEqual((await stream.next('model.loaded', MODEL)).data, { modelID: MODEL, contextLength: load.body.contextLength })
+  assert.deepEqual((await stream.next('model.loaded', MODEL)).data, { modelID: MODEL, contextLength: load.body.contextLength, reason: 'explicit' })
   const app = (await api.get('/v1/app')).body
   assert.deepEqual(app.model, { modelID: MODEL, status: 'loaded', contextLength: load.body.contextLength, gpu: { backend: 'cpu', gpuLayers: 0, totalLayers: app.model.gpu.totalLayers } })
   const inSnapshot = app.models.find((m: { modelID: string }) => m.modelID === MODEL)
@@ -106,12 +107,12 @@ test('download sends progress events, verifies the sha256, and the model loads, 
   // Unload takes no body. A client that still says application/json with an empty body is answered the same.
   const unload = await api.post('/v1/app/models/unload')
   assert.equal(unload.status, 200, JSON.stringify(unload.body))
-  assert.deepEqual(unload.body, { status: 'unloaded', modelID: MODEL })
-  await stream.next('model.unloaded', MODEL)
+  assert.deepEqual(unload.body, { status: 'unloaded', modelID: MODEL, unloaded: [MODEL] })
+  assert.deepEqual((await stream.next('model.unloaded', MODEL)).data, { modelID: MODEL, reason: 'explicit' })
   assert.equal((await api.get('/v1/app')).body.model, null)
   assert.equal((await record(api, MODEL)).status, 'downloaded')
   const again = await api.send('POST', '/v1/app/models/unload', undefined)
-  assert.deepEqual([again.status, again.body], [200, { status: 'unloaded', modelID: null }])
+  assert.deepEqual([again.status, again.body], [200, { status: 'unloaded', modelID: null, unloaded: [] }])
 })
 
 test('a second download call joins the running one, and a restart mid-download resumes from the .part', async (t) => {
@@ -138,7 +139,7 @@ test('a second download call joins the running one, and a restart mid-download r
   assert.equal((await record(restarted.api, MODEL)).sizeBytes, fx.gguf.sizeBytes)
 })
 
-test('concurrent download calls make one download; concurrent loads leave exactly one model loaded', async (t) => {
+test('concurrent download calls make one download; concurrent loads load each model once, side by side', async (t) => {
   const { api, hub, gguf } = await fixture(t, { 'b.gguf': 2 })
   const B = `hf.co/${REPO}/b.gguf`
   const stream = await subscribe(t, api)
@@ -157,8 +158,9 @@ test('concurrent download calls make one download; concurrent loads leave exactl
   assert.deepEqual(loads.map((l) => l.status), [200, 200, 200])
   const app = (await api.get('/v1/app')).body
   const loaded = app.models.filter((m: { status: string }) => m.status === 'loaded').map((m: { modelID: string }) => m.modelID)
-  assert.equal(loaded.length, 1)
-  assert.equal(app.model.modelID, loaded[0])
+  assert.deepEqual(loaded.sort(), [MODEL, B].sort())
+  assert.ok(loaded.includes(app.model.modelID), 'the snapshot\'s model is one of them')
+  assert.equal(stream.events.filter((e) => e.event === 'model.loaded').length, 2, 'each loaded once')
 })
 
 test('a connection dropped mid-file is resumed with a Range request', async (t) => {
@@ -376,7 +378,8 @@ test('the events stream ends when the node closes, and a catalog model is listed
     status: 'available',
     progress: null,
     error: null,
-    source: 'hf.co/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q8_0.gguf'
+    source: 'hf.co/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q8_0.gguf',
+    loaded: null
   })
   const stream = await subscribe(t, api)
   await node.node.close() // would hang if the open stream kept the server from closing

@@ -1,6 +1,7 @@
 // Models as clients see them: /v1/models lists what is downloaded as well as what is loaded, a request
 // loads the model it names (swapping out the current one once its generations finish), and a model nobody has is a
 // 404 naming it, in every OpenAI endpoint.
+import type { NodeConfig } from '../../src/config.ts'
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'
 import assert from 'node:assert/strict'
@@ -16,14 +17,14 @@ const SECOND = `hf.co/${REPO}/second.gguf`
 const hello = [{ role: 'user' as const, content: 'Tell me about the network.' }]
 
 /** A node with two tiny GGUFs downloaded through the fake hub, neither loaded. */
-async function nodeWithTwoModels (t: TestContext): Promise<{ node: TestNode, openai: OpenAI }> {
+async function nodeWithTwoModels (t: TestContext, config: Partial<NodeConfig> = {}): Promise<{ node: TestNode, openai: OpenAI }> {
   const dir = await tempDir(t, 'meshnode-hub-files-')
   const hub = await startFakeHub()
   t.after(() => hub.close())
   // Different seeds, so the two models answer differently and a test can tell which one did.
   await hub.addFile(REPO, 'first.gguf', (await writeTinyGguf(join(dir, 'first.gguf'), { seed: 11, contextLength: 2048 })).path)
   await hub.addFile(REPO, 'second.gguf', (await writeTinyGguf(join(dir, 'second.gguf'), { seed: 12, contextLength: 2048 })).path)
-  const node = await startTestNode(t, { hfEndpoint: hub.url })
+  const node = await startTestNode(t, { hfEndpoint: hub.url, ...config })
   for (const modelID of [FIRST, SECOND]) assert.equal((await node.api.post('/v1/app/models/download', { modelID })).status, 200)
   await waitFor(async () => {
     const { body } = await node.api.get('/v1/app/models')
@@ -32,8 +33,8 @@ async function nodeWithTwoModels (t: TestContext): Promise<{ node: TestNode, ope
   return { node, openai: new OpenAI({ baseURL: `${node.node.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 120_000 }) }
 }
 
-test('/v1/models lists downloaded models; a chat naming one loads it; naming another swaps it in after the running generation', async (t) => {
-  const { node, openai } = await nodeWithTwoModels(t)
+test('/v1/models lists downloaded models; a chat naming one loads it; with room for one, naming another swaps it in after the running generation', async (t) => {
+  const { node, openai } = await nodeWithTwoModels(t, { maxLoadedModels: 1 })
   const listed = await openai.models.list()
   assert.deepEqual(listed.data.map((m) => [m.id, m.owned_by]).sort(), [[FIRST, 'local'], [SECOND, 'local']])
   assert.equal(node.node.engine.loaded(), null, 'listing loads nothing')

@@ -8,7 +8,8 @@ import {
   InvalidGenerationRequestError, LocalEngine, ModelLoadError, NoModelLoadedError, QueueFullError,
   type ChatEvent, type ChatRequest, type GenerateOptions, type LocalEngineOptions
 } from '../../src/inference/index.ts'
-import { RELEASED_TOKENIZER_KEYS, resolveFlashAttention } from '../../src/inference/engine.ts'
+import { RELEASED_TOKENIZER_KEYS } from '../../src/inference/engine.ts'
+import { resolveFlashAttention } from '../../src/inference/flash-attention.ts'
 import { readGgufFileInfo } from 'node-llama-cpp'
 import { TINY_GGUF_CONTEXT_LENGTH, writeTinyGguf } from '../support/tiny-gguf.ts'
 
@@ -254,23 +255,26 @@ await test('two slots serve two requests side by side', async (t) => {
   assert.ok(b.text.startsWith(a.text), 'same greedy answer, one token longer')
 })
 
-await test('load replaces the model: running generations end with NoModelLoadedError, the new model answers', async (t) => {
+await test('load adds a model beside the loaded one: its running generation goes on, and each answers by name', async (t) => {
   const engine = await startEngine(t, { slots: 1 })
   const otherTiny = await writeTinyGguf(join(await tempDir(t), 'other-tiny.gguf'), { seed: 2 })
   const before = await answer(engine, HELLO)
-  const running = engine.generate({ ...HELLO, maxTokens: null })[Symbol.asyncIterator]()
+  const running = engine.generate({ ...HELLO, maxTokens: 200 }, { modelID: 'tiny' })[Symbol.asyncIterator]()
   await running.next()
 
   const info = await engine.load('other-tiny', otherTiny.path)
-  assert.deepEqual(info, engine.loaded())
+  assert.deepEqual(info, engine.loaded('other-tiny'))
   assert.equal(info.modelID, 'other-tiny')
   assert.equal(info.sizeBytes, otherTiny.sizeBytes)
   assert.equal(info.chatTemplate, 'ChatML')
-  await assert.rejects(drain(running), NoModelLoadedError)
+  assert.equal(engine.loaded()?.modelID, 'other-tiny', 'without a name: the model used most recently, here the one just loaded')
+  await drain(running)
+  assert.deepEqual(engine.loadedModels().map((model) => model.modelID).sort(), ['other-tiny', 'tiny'])
 
-  const after = await answer(engine, HELLO)
+  const after = await answer(engine, HELLO, { modelID: 'other-tiny' })
   assert.equal(after.done.usage.completionTokens, 24)
   assert.notEqual(after.text, before.text, 'other weights, other greedy answer')
+  assert.equal((await answer(engine, HELLO, { modelID: 'tiny' })).text, before.text)
 })
 
 await test('without a model, generate throws NoModelLoadedError', async (t) => {
@@ -303,15 +307,16 @@ await test('a missing or non-GGUF file is refused with ModelLoadError while the 
   assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24)
 })
 
-await test('a GGUF whose tensors are cut off fails to load and leaves no model loaded', async (t) => {
+await test('a GGUF whose tensors are cut off fails to load and leaves the loaded models as they were', async (t) => {
   const engine = await startEngine(t)
   const dir = await tempDir(t)
   const whole = await readFile((await writeTinyGguf(join(dir, 'whole.gguf'))).path)
   const truncated = join(dir, 'truncated.gguf')
   await writeFile(truncated, whole.subarray(0, Math.floor(whole.length * 0.8)))
   await assert.rejects(engine.load('truncated', truncated), ModelLoadError)
-  assert.equal(engine.loaded(), null)
-  await assert.rejects(answer(engine, HELLO), NoModelLoadedError)
+  assert.equal(engine.loaded('truncated'), null)
+  assert.deepEqual(engine.loadedModels().map((model) => model.modelID), ['tiny'], 'the loaded model stays')
+  assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24)
 })
 
 await test('flash attention for a model: auto leaves it to llama.cpp except on the CPU for heads narrower than 64', () => {
@@ -332,8 +337,9 @@ await test('a loaded model keeps no JavaScript copy of its tokenizer\'s scores, 
   const engine = new LocalEngine({}, { threads: 1 })
   t.after(() => engine.close())
   await engine.load('tiny', path)
-  const kept = (engine as unknown as { active: { model: { fileInfo: { metadata: { tokenizer: { ggml: Record<string, unknown> } } } } } })
-    .active.model.fileInfo.metadata.tokenizer.ggml
+  const kept = (engine as unknown as { models: Map<string, { parts: { model: { fileInfo: { metadata: { tokenizer: { ggml: Record<string, unknown> } } } } } }> })
+    .models.get('tiny')?.parts.model.fileInfo.metadata.tokenizer.ggml
+  assert.ok(kept != null)
   for (const key of RELEASED_TOKENIZER_KEYS) assert.equal(kept[key], undefined, key)
   assert.deepEqual(kept.tokens, inFile.tokens, 'the tokens stay: their count is the vocabulary\'s size')
   const done = (await answer(engine, { ...HELLO, logitBias: { [inFile.tokens.length - 1]: 5 } })).done
@@ -344,27 +350,36 @@ await test('a loaded model keeps no JavaScript copy of its tokenizer\'s scores, 
 await test('flashAttention reaches llama.cpp\'s context as chosen, every choice generates, and an unknown one is refused', async (t) => {
   // The context and model are the engine's own; node-llama-cpp's getters report what the engine asked llama.cpp for:
   // the generation context's setting, and the model's default, which the embedding context takes.
-  const contextOf = (engine: LocalEngine): { flashAttention: boolean | 'auto' } =>
-    (engine as unknown as { active: { context: { flashAttention: boolean | 'auto' } } }).active.context
-  const modelOf = (engine: LocalEngine): { defaultContextFlashAttention: boolean | 'auto' } =>
-    (engine as unknown as { active: { model: { defaultContextFlashAttention: boolean | 'auto' } } }).active.model
+  type Instance = { context: { flashAttention: boolean | 'auto' } | null, parts: { model: { defaultContextFlashAttention: boolean | 'auto' } } }
+  const instanceOf = (engine: LocalEngine): Instance => {
+    const instance = (engine as unknown as { models: Map<string, Instance> }).models.values().next().value
+    assert.ok(instance != null)
+    return instance
+  }
+  const contextOf = (engine: LocalEngine): { flashAttention: boolean | 'auto' } => {
+    const context = instanceOf(engine).context
+    assert.ok(context != null, 'the generation context, made by the first chat')
+    return context
+  }
+  const modelOf = (engine: LocalEngine): { defaultContextFlashAttention: boolean | 'auto' } => instanceOf(engine).parts.model
   const { path: wide } = await writeTinyGguf(join(await tempDir(t), 'one-head.gguf'), { seed: 1, oneHead: true })
   // `auto` on the CPU: llama.cpp's own choice for heads of 64, off for the default tiny model's heads of 16
   for (const [choice, oneHead, asked] of [['auto', true, 'auto'], ['auto', false, false], ['on', false, true], ['off', true, false]] as const) {
     const engine = oneHead ? new LocalEngine({}, { threads: 1, flashAttention: choice }) : await startEngine(t, { flashAttention: choice })
     if (oneHead) await engine.load('one-head', wide)
     const label = `${choice}, heads of ${oneHead ? 64 : 16}`
+    assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, label)
     assert.equal(contextOf(engine).flashAttention, asked, label)
     assert.equal(modelOf(engine).defaultContextFlashAttention, asked, `${label}: the embedding context's default`)
     const vectors: number[][] = []
     for await (const event of engine.embed({ input: ['hello'] })) if (event.type === 'embedding') vectors.push(event.vector)
     assert.ok(vectors.length === 1 && vectors[0].length > 0 && vectors[0].every(Number.isFinite), `${label}: an embedding`)
-    assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, label)
     await engine.close()
   }
   const byDefault = new LocalEngine({}, { threads: 1 })
   t.after(() => byDefault.close())
   await byDefault.load('one-head', wide)
+  await answer(byDefault, HELLO)
   assert.equal(contextOf(byDefault).flashAttention, 'auto', 'the default is llama-server\'s')
   assert.throws(() => new LocalEngine({}, { flashAttention: 'fast' as 'on' }), /flashAttention must be one of auto, on, off, got fast/)
 })

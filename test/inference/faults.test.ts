@@ -49,10 +49,12 @@ test('the request that killed the node (a grammar at temperature 1e-40) is answe
  * rejected native `sampleToken`). The native prototype is read-only, so the fault goes on the loaded context's own
  * native object; it is removed again in t.after.
  */
-function injectSamplingFault (t: TestContext, node: RunningNode, nth: number): { fired: () => boolean } {
-  const active = (node.engine as unknown as { active: { context: { _ctx: Record<string, unknown> } } | null }).active
-  assert.ok(active != null, 'a model is loaded')
-  const native = active.context._ctx
+async function injectSamplingFault (t: TestContext, node: RunningNode, nth: number): Promise<{ fired: () => boolean }> {
+  // The generation context is made by the model's first chat: one short chat makes it
+  for await (const event of node.engine.generate({ messages: [{ role: 'user', content: 'hi' }], maxTokens: 1 })) assert.notEqual(event, null)
+  const loaded = (node.engine as unknown as { models: Map<string, { context: { _ctx: Record<string, unknown> } | null }> }).models.values().next().value
+  assert.ok(loaded?.context != null, 'a model is loaded, with its generation context')
+  const native = loaded.context._ctx
   const sampleToken = native.sampleToken as (...args: unknown[]) => Promise<unknown>
   let calls = 0
   Object.defineProperty(native, 'sampleToken', {
@@ -69,7 +71,7 @@ function injectSamplingFault (t: TestContext, node: RunningNode, nth: number): {
 
 test('a failure inside the engine mid-generation ends only that request; the other one in the same batch finishes', async (t) => {
   const node = await startChatNode(t)
-  const fault = injectSamplingFault(t, node.node, 6)
+  const fault = await injectSamplingFault(t, node.node, 6)
   const body = (i: number): Record<string, unknown> => ({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: `Story ${i}` }], max_tokens: 20, temperature: 0 })
   const answers = await Promise.all([1, 2].map(async (i) => await node.api.post('/v1/chat/completions', body(i))))
   assert.ok(fault.fired())
@@ -84,7 +86,7 @@ test('a failure inside the engine mid-generation ends only that request; the oth
 
 test('a streamed generation hit by an engine failure ends with an error event and [DONE]', async (t) => {
   const node = await startChatNode(t)
-  injectSamplingFault(t, node.node, 4)
+  await injectSamplingFault(t, node.node, 4)
   const res = await fetch(`${node.node.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -114,7 +116,7 @@ test('the crash request and an engine failure sent through a peer: the serving p
     assert.equal(res.headers.get('x-served-by'), `peer:${server.nodeID}`)
   }
 
-  injectSamplingFault(t, server.node, 3)
+  await injectSamplingFault(t, server.node, 3)
   const failed = await client.api.post('/v1/chat/completions', { model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 20, temperature: 0 })
   assert.ok(failed.status >= 500, JSON.stringify(failed.body))
   assert.ok(typeof failed.body.error?.message === 'string')

@@ -43,6 +43,8 @@ export interface TinyGgufOptions {
    * given). Its answers open inside a thought, which only a thought budget closes (the weights never pick </think>).
    */
   thinking?: boolean
+  /** An embedding model's shape: `llama.pooling_type` mean, as llama.cpp's converter writes for embedding models. */
+  pooling?: boolean
 }
 
 export interface TinyGguf { path: string, sha256: string, sizeBytes: number }
@@ -161,6 +163,7 @@ function encodeTinyGguf (options: TinyGgufOptions): Buffer {
     ['llama.rope.dimension_count', { type: 'u32', value: EMBEDDING / heads }],
     ['llama.rope.freq_base', { type: 'f32', value: 10000 }],
     ['llama.attention.layer_norm_rms_epsilon', { type: 'f32', value: RMS_EPS }],
+    ...(options.pooling === true ? [['llama.pooling_type', { type: 'u32', value: 1 }] as [string, MetadataValue]] : []),
     ['tokenizer.ggml.model', { type: 'string', value: 'llama' }],
     ['tokenizer.ggml.tokens', { type: 'string[]', value: vocabulary.tokens }],
     ['tokenizer.ggml.scores', { type: 'f32[]', value: vocabulary.scores }],

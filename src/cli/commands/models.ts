@@ -37,7 +37,7 @@ export function registerModels (program: Command): void {
       print(record, options.json, () => `Imported ${record.modelID} from ${record.source.replace(/^file:/, '')} (${shortBytes(record.sizeBytes ?? 0)}). Load it with: meshnode models load ${record.modelID}`)
     })
 
-  withClientOptions(models.command('load').argument('<modelID>').description('load a downloaded model, replacing the loaded one'))
+  withClientOptions(models.command('load').argument('<modelID>').description('load a downloaded model beside those loaded (it stays until unloaded, and is loaded again at the next start)'))
     .action(async (modelID: string, _options, command: Command) => {
       const { client, options } = clientFor(command)
       const loaded = await client.post<ModelLoaded>('/v1/app/models/load', { modelID })
@@ -68,16 +68,26 @@ export function registerModels (program: Command): void {
       print(list, options.json, () => list.aliases.length === 0 ? 'No aliases. Make one with: meshnode models alias <alias> <modelID>' : formatTable(['alias', 'model'], list.aliases.map((a) => [a.alias, a.modelID])))
     })
 
-  withClientOptions(models.command('unload').description('unload the loaded model and free its memory'))
-    .action(async (_options, command: Command) => {
+  withClientOptions(models.command('unload').argument('[modelID]').description('unload a model and free its memory; every loaded model when none is named'))
+    .action(async (modelID: string | undefined, _options, command: Command) => {
       const { client, options } = clientFor(command)
-      const unloaded = await client.post<ModelUnloaded>('/v1/app/models/unload')
-      print(unloaded, options.json, () => unloaded.modelID == null ? 'No model was loaded' : `Unloaded ${unloaded.modelID}`)
+      const unloaded = await client.post<ModelUnloaded>('/v1/app/models/unload', modelID == null ? undefined : { modelID })
+      print(unloaded, options.json, () => unloaded.unloaded.length === 0 ? (modelID == null ? 'No model was loaded' : `${modelID} was not loaded`) : `Unloaded ${unloaded.unloaded.join(', ')}`)
     })
 }
 
 function status (model: ModelRecord): string {
   if (model.status === 'downloading' && model.progress?.fraction != null) return `downloading ${Math.floor(model.progress.fraction * 100)}%`
   if (model.status === 'failed') return `failed: ${model.error ?? ''}`
+  if (model.loaded != null) return `loaded: ${describeLoaded(model.loaded)}`
   return model.status
+}
+
+/** A loaded model in a few words: what it does now, its memory, and how it came (and will go). */
+export function describeLoaded (loaded: NonNullable<ModelRecord['loaded']>): string {
+  const work = loaded.kind === 'embedding'
+    ? `embeddings${loaded.queued > 0 ? `, ${loaded.queued} queued` : ''}`
+    : `${loaded.busySlots}/${loaded.slots} slots busy${loaded.queued > 0 ? `, ${loaded.queued} queued` : ''}`
+  const how = loaded.loadedBy === 'explicit' ? 'stays' : `idle ${loaded.idleSeconds}s`
+  return `${work}, ${shortBytes(loaded.memoryBytes)}, ${how}`
 }

@@ -3,7 +3,7 @@ import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import type { RunningNode } from '../../node.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, FLASH_ATTENTION_CHOICES, type FlashAttention } from '../../inference/index.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, FLASH_ATTENTION_CHOICES, type FlashAttention } from '../../inference/index.ts'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
 import { GPU_CHOICES, type GpuChoice } from '../../inference/gpu.ts'
 import { UsageError, logSettings, wholeNumber, withLogOptions } from './common.ts'
@@ -18,6 +18,9 @@ interface ServeOptions {
   queueSize?: string
   contextSize?: string
   flashAttention?: string
+  maxLoadedModels?: string
+  keepAlive?: string
+  memoryBudget?: string
   allowedOrigin: string[]
   allowedHost: string[]
   p2pListen: string[]
@@ -46,6 +49,9 @@ export function registerServe (program: Command): void {
     .option('--queue-size <n>', `requests that may wait for a slot before new ones get 429 (default ${DEFAULT_QUEUE_SIZE})`)
     .option('--context-size <tokens>', `context tokens per slot, capped at the model's own (default ${DEFAULT_CONTEXT_SIZE})`)
     .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (default auto: wherever the backend supports it, as llama-server, except on the CPU for heads narrower than 64)`)
+    .option('--max-loaded-models <n>', `models held in memory at once (default ${DEFAULT_MAX_LOADED_MODELS})`)
+    .option('--keep-alive <duration>', 'how long a model loaded for a request stays after its last one: 30s, 10m, 1h, 0 (unload right after) or -1 (never) (default 10m); models loaded with `models load` or --model stay')
+    .option('--memory-budget <GiB>', 'memory the loaded models may take together, by node-llama-cpp\'s estimate of each model and context (default: what the machine has available when the first model loads, RAM plus free VRAM)')
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
@@ -69,6 +75,9 @@ export function registerServe (program: Command): void {
         queueSize: options.queueSize == null ? defaults.queueSize : wholeNumber('--queue-size', options.queueSize, 0, 10_000),
         contextSize: options.contextSize == null ? defaults.contextSize : wholeNumber('--context-size', options.contextSize, 128, 1_048_576),
         flashAttention: options.flashAttention == null ? defaults.flashAttention : flashAttention(options.flashAttention),
+        maxLoadedModels: options.maxLoadedModels == null ? defaults.maxLoadedModels : wholeNumber('--max-loaded-models', options.maxLoadedModels, 1, 64),
+        keepAliveMs: options.keepAlive == null ? defaults.keepAliveMs : keepAlive(options.keepAlive),
+        memoryBudgetBytes: options.memoryBudget == null ? null : memoryBudget(options.memoryBudget),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
@@ -182,6 +191,24 @@ function flashAttention (value: string): FlashAttention {
     throw new UsageError(`--flash-attention must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, not ${value}`)
   }
   return value as FlashAttention
+}
+
+/** `--keep-alive` as Ollama's `keep_alive` takes it: a number of seconds, or with a unit (s, m, h); 0 and -1 as they are. */
+export function keepAlive (value: string): number {
+  const match = /^\s*(-1|\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/.exec(value)
+  if (match == null) throw new UsageError(`--keep-alive must be a duration like 30s, 10m or 1h, 0 (unload right after a request) or -1 (never), not ${value}`)
+  if (match[1] === '-1') return -1
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] ?? 's'] ?? 1000
+  const ms = Math.round(Number(match[1]) * unit)
+  if (!Number.isSafeInteger(ms) || ms > 365 * 24 * 3_600_000) throw new UsageError(`--keep-alive is at most a year, not ${value}`)
+  return ms
+}
+
+/** `--memory-budget` in GiB (decimals allowed), as bytes. */
+function memoryBudget (value: string): number {
+  const gib = Number(value)
+  if (value.trim() === '' || !Number.isFinite(gib) || gib <= 0 || gib > 1_048_576) throw new UsageError(`--memory-budget must be a number of GiB above 0, like 8 or 0.5, not ${value}`)
+  return Math.round(gib * 1024 ** 3)
 }
 
 function collect (value: string, previous: string[]): string[] {

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import type { ModelAliases, ModelStore } from '../../models/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { ModelRecord } from '../schemas/app.ts'
-import { AliasBody, AliasList, AliasParams, DownloadStarted, ImportBody, ModelAlias, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded } from '../schemas/models.ts'
+import { AliasBody, AliasList, AliasParams, DownloadStarted, ImportBody, ModelAlias, ModelIDBody, ModelList, ModelLoaded, ModelUnloaded, UnloadBody } from '../schemas/models.ts'
 
 export interface ModelRoutesOptions {
   models: ModelStore
@@ -43,10 +43,15 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
   }, async (request) => await models.import(request.body.path, request.body.modelID))
 
   app.post('/v1/app/models/load', {
-    schema: { summary: 'Load a downloaded model into the engine', tags, body: ModelIDBody, response: { 200: ModelLoaded, ...errorResponses } }
+    schema: {
+      summary: 'Load a downloaded model into the engine, beside those loaded',
+      tags,
+      description: 'over the count or memory budget the least recently used idle model loaded for a request is evicted first; a model that cannot fit even alone is refused with 409 naming both sizes',
+      body: ModelIDBody,
+      response: { 200: ModelLoaded, ...errorResponses }
+    }
   }, async (request) => {
-    // The generations running on the model it replaces finish first: an explicit load never cuts an answer short
-    const loaded = await models.load(request.body.modelID, { whenIdle: true })
+    const loaded = await models.load(request.body.modelID)
     return { status: 'loaded' as const, modelID: loaded.modelID, contextLength: loaded.contextLength }
   })
 
@@ -65,10 +70,16 @@ export const modelRoutes: FastifyPluginAsyncZod<ModelRoutesOptions> = async (app
       parseJson(request, text, done)
     })
     scope.post('/v1/app/models/unload', {
-      schema: { summary: 'Unload the loaded model', tags, response: { 200: ModelUnloaded, ...errorResponses } }
-    }, async () => {
-      const { modelID } = await models.unload()
-      return { status: 'unloaded' as const, modelID }
+      schema: {
+        summary: 'Unload one model, or every loaded model when no body names one',
+        tags,
+        description: 'once the requests in flight on it have finished; an unloaded model is not loaded again at the next start',
+        body: UnloadBody,
+        response: { 200: ModelUnloaded, ...errorResponses }
+      }
+    }, async (request) => {
+      const unloaded = await models.unload((request.body as { modelID?: string } | null | undefined)?.modelID)
+      return { status: 'unloaded' as const, modelID: unloaded[0] ?? null, unloaded }
     })
   })
 }

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
-import type { PeerInfo } from '../../network/index.ts'
+import { loadedModelsOf, type PeerInfo } from '../../network/index.ts'
 import { microToCredits } from '../../wallet/index.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { PeerList, type PeerEntry } from '../schemas/peers.ts'
@@ -16,7 +16,7 @@ export const peersRoutes: FastifyPluginAsyncZod<PeersRoutesOptions> = async (app
 
 function toPeerEntry (peer: PeerInfo): PeerEntry {
   const { record } = peer
-  const models = [...new Set([...(record.models.loaded == null ? [] : [record.models.loaded]), ...record.models.downloaded])]
+  const models = [...new Set([...loadedModelsOf(record), ...record.models.downloaded])]
   return {
     nodeID: peer.nodeID,
     name: record.name,

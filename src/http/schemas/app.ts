@@ -19,6 +19,18 @@ export const DownloadProgress = z.object({
   message: z.string().nullable().describe('why no bytes flow now, e.g. "rate limited, resuming in 55 s"; null while they do')
 })
 
+/** What a loaded model is doing: an addition, as a node holds several models at once. */
+export const LoadedState = z.object({
+  kind: z.enum(['chat', 'embedding']).describe('embedding: a model that only embeds (refused for chat and completions)'),
+  memoryBytes: z.number().describe("node-llama-cpp's estimate of the model and its context, RAM and VRAM together"),
+  contextLength: z.number(),
+  slots: z.number().describe('generations it runs at once (0 for an embedding model)'),
+  busySlots: z.number(),
+  queued: z.number(),
+  loadedBy: z.enum(['explicit', 'request']).describe('explicit: stays until unloaded; request: evicted first when room is needed, unloaded after the keep-alive'),
+  idleSeconds: z.number().describe('since its last request settled; 0 while one runs')
+})
+
 /** A model as listings show it. */
 export const ModelRecord = z.object({
   modelID: z.string(),
@@ -31,7 +43,8 @@ export const ModelRecord = z.object({
   status: z.enum(['available', 'downloading', 'downloaded', 'loaded', 'failed']),
   progress: DownloadProgress.nullable(),
   error: z.string().nullable(),
-  source: z.string()
+  source: z.string(),
+  loaded: LoadedState.nullable().describe('while status is loaded: what it is doing; null otherwise')
 })
 export type ModelRecord = z.infer<typeof ModelRecord>
 

@@ -6,6 +6,8 @@ import { SNAKE_ALIASES, withAliases } from './common.ts'
 
 /** `{modelID}`, also spelled `model_id` or `model` (the snake_case aliases older clients send). What an id may be is the model store's to judge. */
 export const ModelIDBody = withAliases(z.object({ modelID: z.string().min(1).max(MAX_MODEL_ID_LENGTH) }), SNAKE_ALIASES)
+/** Unload's body: a model to unload, or none (no body, or one without `modelID`: every model). */
+export const UnloadBody = withAliases(z.object({ modelID: z.string().min(1).max(MAX_MODEL_ID_LENGTH).optional() }), SNAKE_ALIASES).nullish()
 
 /** A file path: as long as any file system allows. */
 export const MAX_IMPORT_PATH_LENGTH = 4096
@@ -27,8 +29,12 @@ export type DownloadStarted = z.infer<typeof DownloadStarted>
 export const ModelLoaded = z.object({ status: z.literal('loaded'), modelID: z.string(), contextLength: z.number() })
 export type ModelLoaded = z.infer<typeof ModelLoaded>
 
-/** `modelID` is the model that was unloaded, null when none was loaded. */
-export const ModelUnloaded = z.object({ status: z.literal('unloaded'), modelID: z.string().nullable() })
+/** `unloaded`: the models unloaded (none when the one named was not loaded); `modelID`: the first of them, or null. */
+export const ModelUnloaded = z.object({
+  status: z.literal('unloaded'),
+  modelID: z.string().nullable(),
+  unloaded: z.array(z.string()).describe('an addition: every model unloaded, as a node holds several')
+})
 export type ModelUnloaded = z.infer<typeof ModelUnloaded>
 
 /** The `data` of each event on GET /v1/app/events, by event name. */
@@ -38,9 +44,9 @@ export const ModelEvents = {
   'download.verifying': z.object({ modelID: z.string() }),
   'download.completed': z.object({ modelID: z.string(), sizeBytes: z.number(), sha256: z.string() }),
   'download.failed': z.object({ modelID: z.string(), error: z.string() }),
-  'model.loaded': z.object({ modelID: z.string(), contextLength: z.number() }),
+  'model.loaded': z.object({ modelID: z.string(), contextLength: z.number(), reason: z.enum(['explicit', 'request']) }),
   'model.load_failed': z.object({ modelID: z.string(), error: z.string() }),
-  'model.unloaded': z.object({ modelID: z.string() }),
+  'model.unloaded': z.object({ modelID: z.string(), reason: z.enum(['explicit', 'evicted', 'idle', 'closing']) }),
   'model.evicted': z.object({ modelID: z.string(), sizeBytes: z.number() })
 } as const
 export type ModelEventName = keyof typeof ModelEvents
