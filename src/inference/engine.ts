@@ -3,8 +3,7 @@
 // (over `maxLoadedModels` or the memory budget), unloads those left idle past the keep-alive, and hands each request
 // to the model it names (model-instance.ts), so that a request for one model never waits for another's.
 import { EventEmitter } from 'node:events'
-import { readFileSync } from 'node:fs'
-import { availableParallelism, freemem } from 'node:os'
+import { availableParallelism } from 'node:os'
 import type { Llama, LlamaModel } from 'node-llama-cpp'
 import type {
   ChatEngine, ChatEvent, ChatRequest, CompletionEvent, CompletionRequest, EmbeddingEvent, EmbeddingRequest,
@@ -15,7 +14,7 @@ import { FLASH_ATTENTION_CHOICES, resolveFlashAttention, type FlashAttention } f
 import { Accelerator } from './gpu.ts'
 import { compactHeap } from './heap.ts'
 import { defaultInferenceThreads } from './llama.ts'
-import { contextLengthFor, errorMessage, estimateMemoryBytes, inspectModelFile } from './model-file.ts'
+import { availableMemoryBytes, contextLengthFor, errorMessage, estimateMemoryBytes, inspectModelFile } from './model-file.ts'
 import { chatWrapperFor, ModelInstance, type InferenceLogger, type LoadedModelInfo, type LoadedModelState, type LoadReason } from './model-instance.ts'
 import { PromptTokenizer, TokenizerThread } from './prompt-tokens.ts'
 
@@ -396,18 +395,6 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
     this.lifecycle = result.then(() => undefined, () => undefined)
     return await result
   }
-}
-
-/** What this machine can give models without swapping: Linux's MemAvailable (else free memory), plus free VRAM. */
-async function availableMemoryBytes (llama: Llama): Promise<number> {
-  let ram = freemem()
-  try {
-    const kB = /^MemAvailable:\s+(\d+) kB$/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1]
-    if (kB != null) ram = Number(kB) * 1024
-  } catch {
-    // not Linux: free memory is the nearest figure
-  }
-  return ram + (llama.gpu === false ? 0 : (await llama.getVramState()).free)
 }
 
 function integerOption (name: string, value: number, min: number): number {

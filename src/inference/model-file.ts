@@ -1,6 +1,9 @@
-// What a GGUF file says before it is loaded: its size, the width of its attention heads, whether it is an embedding
-// model, and node-llama-cpp's estimate of the memory the model and its context take (GgufInsights).
+// What a GGUF file says before it is loaded (its size, the width of its attention heads, whether it is an embedding
+// model), node-llama-cpp's estimate of the memory the model and its context take (GgufInsights), and what memory the
+// machine has for it.
+import { readFileSync } from 'node:fs'
 import { stat } from 'node:fs/promises'
+import { freemem } from 'node:os'
 import type { GgufFileInfo, Llama } from 'node-llama-cpp'
 import { ModelLoadError } from './errors.ts'
 import { llamaModule } from './llama.ts'
@@ -86,6 +89,18 @@ export async function estimateMemoryBytes (file: ModelFile, llama: Llama, option
     isEmbeddingContext: embedding
   })
   return model.cpuRam + model.gpuVram + context.cpuRam + context.gpuVram
+}
+
+/** What this machine can give models without swapping: Linux's MemAvailable (else free memory), plus free VRAM. */
+export async function availableMemoryBytes (llama: Llama): Promise<number> {
+  let ram = freemem()
+  try {
+    const kB = /^MemAvailable:\s+(\d+) kB$/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1]
+    if (kB != null) ram = Number(kB) * 1024
+  } catch {
+    // not Linux: free memory is the nearest figure
+  }
+  return ram + (llama.gpu === false ? 0 : (await llama.getVramState()).free)
 }
 
 export function errorMessage (err: unknown): string {

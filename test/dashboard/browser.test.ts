@@ -193,6 +193,19 @@ test('a GGUF file on the node\'s disk is imported from the Models page; a bad pa
   await row.getByRole('button', { name: /^Load / }).click()
   await waitFor(async () => await row.getByTestId('model-status').textContent() === 'Loaded', { what: 'the imported model to load' })
   assert.equal((await node.api.get('/v1/app')).body.model.modelID, 'my-tiny')
+
+  // A second model loads beside it; each row says what its model does; unloading one leaves the other loaded
+  const other = await writeTinyGguf(join(dir, 'other.gguf'), { seed: 4 })
+  assert.equal((await node.api.post('/v1/app/models/import', { path: other.path, modelID: 'other' })).status, 200)
+  assert.equal((await node.api.post('/v1/app/models/load', { modelID: 'other' })).status, 200)
+  await page.reload()
+  const otherRow = page.locator('tr[data-model-id="other"]')
+  await waitFor(async () => await otherRow.getByTestId('model-status').textContent() === 'Loaded', { what: 'the second model listed as loaded' })
+  for (const loadedRow of [row, otherRow]) assert.match((await loadedRow.getByTestId('model-loaded').textContent()) ?? '', /^0\/2 slots busy, 0 queued · [\d.]+ [kMG]B\s*stays until unloaded$/)
+  await otherRow.getByRole('button', { name: 'Unload other' }).click()
+  await waitFor(async () => await otherRow.getByTestId('model-status').textContent() === 'Downloaded', { what: 'the second model to unload' })
+  assert.equal(await row.getByTestId('model-status').textContent(), 'Loaded', 'the first stays loaded')
+  assert.deepEqual(node.node.engine.loadedModels().map((model) => model.modelID), ['my-tiny'])
 })
 
 test('the storage figure counts what max_storage_gb counts: downloaded models, not imported files, which are named apart', { skip }, async (t) => {

@@ -94,6 +94,7 @@ export function ModelsPage ({ snapshot, refresh }: PageProps): JSX.Element {
                 </span>
                 {m.status === 'downloading' && m.progress != null && <DownloadProgress name={m.name} progress={m.progress} />}
                 {m.status === 'failed' && m.error != null && <p class='error small-text'>{m.error}</p>}
+                {m.loaded != null && <LoadedState loaded={m.loaded} />}
               </td>
               <td class='row-actions'>
                 {(m.status === 'available' || m.status === 'failed') && (
@@ -106,7 +107,7 @@ export function ModelsPage ({ snapshot, refresh }: PageProps): JSX.Element {
                 )}
                 {m.status === 'loaded' && (
                   <button type='button' class='small secondary' disabled={action.busy} aria-label={t('models.unloadNamed', { name: m.name })}
-                    onClick={() => { act('/v1/app/models/unload') }}>{t('models.unload')}</button>
+                    onClick={() => { act('/v1/app/models/unload', { modelID: m.modelID }) }}>{t('models.unload')}</button>
                 )}
               </td>
             </tr>
@@ -117,6 +118,17 @@ export function ModelsPage ({ snapshot, refresh }: PageProps): JSX.Element {
       <ImportForm onDone={() => { reload(); refresh() }} />
     </>
   )
+}
+
+/** What a loaded model is doing: its slots or embeddings, its memory, and whether it stays. */
+function LoadedState ({ loaded }: { loaded: NonNullable<ModelRecord['loaded']> }): JSX.Element {
+  const t = useT()
+  const memory = formatBytes(loaded.memoryBytes)
+  const work = loaded.kind === 'embedding'
+    ? t('models.loadedEmbedding', { queued: String(loaded.queued), memory })
+    : t('models.loadedChat', { busy: String(loaded.busySlots), slots: String(loaded.slots), queued: String(loaded.queued), memory })
+  const stays = loaded.loadedBy === 'explicit' ? t('models.loadedExplicit') : t('models.loadedForRequest', { idle: `${loaded.idleSeconds} s` })
+  return <p class='muted small-text' data-testid='model-loaded'>{work}<br />{stays}</p>
 }
 
 function DownloadProgress ({ name, progress }: { name: string, progress: Progress }): JSX.Element {
