@@ -56,7 +56,7 @@ interface RoundResult {
   /**
    * The last turn's whole answer (its TURN_ANSWER_TOKENS tokens), from the request's start to its last token (not the
    * response's end, which may wait for a server's own bookkeeping): what a user waits for, where TTFT is only the
-   * prompt's share. Flash attention's choice moves the two in opposite directions (bench/README.md).
+   * prompt's share. Flash attention's choice moves the two in opposite directions (bench/HISTORY.md, Session 11).
    */
   lastTurnMs: number
   lastTurnTokens: number

@@ -18,7 +18,7 @@ const NODES_PER_WORKER = Number(process.env.BENCH_NODES_PER_WORKER ?? 25)
  *  machine into timeouts, reconnections and re-published adverts that kept it overloaded: a start no real network has. */
 const START_BATCH = Number(process.env.BENCH_START_BATCH ?? 1)
 /** One node started every this many ms across the cluster (0: each worker starts its next as soon as the last is up).
- *  On 2 cores, 200 nodes started back to back never settle (bench/README.md); paced, the start costs what one join does. */
+ *  On 2 cores, 200 nodes started back to back never settle (bench/HISTORY.md); paced, the start costs what one join does. */
 const START_EVERY_MS = Number(process.env.BENCH_START_EVERY_MS ?? 0)
 /** How long to wait for every node to know every other one before measuring anyway. */
 const JOIN_MS = Number(process.env.BENCH_JOIN_S ?? 600) * 1000

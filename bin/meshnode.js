@@ -12,8 +12,8 @@ import { serveEnvironment } from './serve-env.js'
 const main = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url))
 const major = Number(process.versions.node.split('.')[0])
 // `serve` runs with a young generation capped at 4 MB per semi-space: V8's default lets it grow to tens of MB while a
-// model loads (parsing its GGUF metadata allocates a lot) and never gives it back, ~60 MB of RSS for nothing. Token
-// generation allocates little, so the smaller space costs nothing measurable (bench/README.md, bench:llama-server).
+// model loads (parsing its GGUF metadata allocates a lot) and never gives it back: memory held for nothing. Token
+// generation allocates little, so the smaller space costs nothing measurable (bench/README.md).
 // npm start goes through this launcher too.
 const serving = process.argv.slice(2).includes('serve')
 const V8_FLAGS = serving ? ['--max-semi-space-size=4'] : []

@@ -5,13 +5,14 @@ import os from 'node:os'
 
 /**
  * - glibc gives each thread that allocates (libuv's workers, where llama.cpp loads and runs, V8's helpers) a malloc
- *   arena of its own, and every arena keeps what was freed in it: with two, `serve` holds 13-15 MB less with a model
- *   loaded and runs no slower (bench/README.md, memory). Other C libraries ignore it.
+ *   arena of its own, and every arena keeps what was freed in it: with two, `serve` holds less memory with a model
+ *   loaded and runs no slower (bench/README.md). Other C libraries ignore it.
  * - libuv's pool (4 threads by default) is where node-llama-cpp decodes and samples, one task per sequence each step.
- *   Pool threads beyond the machine's cores only contend: with four streams on 2 cores, four threads woken for the
- *   four samples of every step cost ~0.2 ms of CPU per token, and a 2-thread pool decodes 6-13 % more tokens a second
- *   (bench/README.md, Session 10). So one pool thread per core, at least 2 (so that one long decode does not hold up
- *   file and DNS work; two at once, a chat and an embedding, still can) and at most libuv's default of 4.
+ *   Pool threads beyond the machine's cores only contend: with four streams on 2 cores, the four threads woken for
+ *   the four samples of every step take the cores from the thread about to decode, and a pool no larger than the
+ *   cores decodes more tokens a second (bench/README.md). So one pool thread per core, at least 2 (so that one long
+ *   decode does not hold up file and DNS work; two at once, a chat and an embedding, still can) and at most libuv's
+ *   default of 4.
  * @param {NodeJS.ProcessEnv} env
  * @returns {Record<string, string>} what to add to `env`
  */

@@ -103,10 +103,10 @@ export interface HttpOptions extends GuardOptions {
 
 /**
  * Every schema is zod's. Given as the compilers' factories (not by setValidatorCompiler, which comes after fastify has
- * built its defaults), fastify never loads ajv or fast-json-stringify's compiler: ~240 modules and a few MB that no
- * route uses. fastify types these factories after ajv's; at run time each returns a compiler of route schemas, as
- * zod's are. Each context builds its compilers when its first route needs them, so the root's `app.validatorCompiler`
- * and `app.serializerCompiler` stay undefined: read the route's own, never those.
+ * built its defaults), fastify never loads ajv or fast-json-stringify's compiler, modules and memory that no route
+ * uses (bench/README.md). fastify types these factories after ajv's; at run time each returns a compiler of route
+ * schemas, as zod's are. Each context builds its compilers when its first route needs them, so the root's
+ * `app.validatorCompiler` and `app.serializerCompiler` stay undefined: read the route's own, never those.
  */
 type CompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>
 const ZOD_COMPILERS = { buildValidator: () => validatorCompiler, buildSerializer: () => serializerCompiler } as unknown as CompilersFactory

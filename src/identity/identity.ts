@@ -40,9 +40,9 @@ const VERIFY_KEY_CACHE_SIZE = 4096
 const verifyKeys = new Map<string, KeyObject>()
 
 /**
- * The parsed key for `raw` (`id`: its hex, as the caller has it), from the cache. Parsing a key (DER in, a KeyObject
- * out) cost as much CPU as the verification itself, and the same few hundred keys sign everything a node hears
- * (profiled: 200 nodes, adverts).
+ * The parsed key for `raw` (`id`: its hex, as the caller has it), from the cache. A key is parsed (DER in, a
+ * KeyObject out) once, not at every verification: parsing weighs like the verification itself, and the same few
+ * hundred keys sign everything a node hears (bench/README.md).
  */
 function verifyKey (id: string, raw: Uint8Array): KeyObject {
   let key = verifyKeys.get(id)

@@ -25,7 +25,8 @@ export interface SolanaWalletOptions {
   timeoutMs?: number
 }
 
-// @solana/kit takes ~100 ms to import: loaded on first use, not at every node start.
+// @solana/kit is loaded on first use, not at every node start: a node that never asks Solana does not pay for its
+// import (bench/README.md).
 type SolanaKit = typeof SolanaKitModule
 let kit: Promise<SolanaKit> | null = null
 async function loadKit (): Promise<SolanaKit> {

@@ -8,8 +8,8 @@ import type { z } from 'zod'
 import { ProtocolError } from './errors.ts'
 
 // @libp2p/utils is loaded at the first framed stream, not with this module: every node imports the wire layer, and the
-// package (57 modules, ~7 MB) is only needed once a libp2p stream exists, by which time the libp2p host has loaded it
-// (require of an ES module, Node 22.12+, returns the same instance).
+// package (its weight: bench/README.md) is only needed once a libp2p stream exists, by which time the libp2p host has
+// loaded it (require of an ES module, Node 22.12+, returns the same instance).
 const require = createRequire(import.meta.url)
 let lpStream: typeof LpStream | undefined
 

@@ -1,21 +1,15 @@
 // Paid remote inference between real nodes: the requester pays the server exactly price × generated tokens.
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
-import { test, type TestContext } from 'node:test'
-import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings, type TestRelay } from '../support/network.ts'
-import { startTestNode, tempDir, waitFor, type Api, type TestNode } from '../support/node.ts'
+import { test } from 'node:test'
+import { startTestRelay, waitForPeers } from '../support/network.ts'
+import { tempDir, waitFor, type Api, type TestNode } from '../support/node.ts'
+import { metric, settled, startPeer } from '../support/peers.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const MODEL = 'tiny-chat'
 const messages = [{ role: 'user', content: 'Count to ten.' }]
-
-async function startPeer (t: TestContext, relay: TestRelay, options: { modelPath?: string, settings?: Record<string, unknown> } = {}): Promise<TestNode> {
-  const node = await startTestNode(t, { network: FAST_NETWORK })
-  if (options.modelPath != null) await node.node.engine.load(MODEL, options.modelPath)
-  const res = await node.api.patch('/v1/app/settings', { ...options.settings, ...wanSettings(relay) })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  return node
-}
+const SERVED = 'meshnode_peer_requests_served_total'
 
 interface Summary { currentBalance: number, totalEarned: number, totalSpent: number, transactionCount: number, pendingTransfers: number }
 
@@ -37,21 +31,11 @@ async function advertisedPriceMicro (a: TestNode, b: TestNode, expected?: (micro
   }, { what: "B's price in A's peer table" })
 }
 
-async function servedCount (node: TestNode): Promise<number> {
-  const text = (await node.api.get('/metrics')).body as string
-  const line = text.split('\n').find((l) => l.startsWith('meshnode_peer_requests_served_total'))
-  return line == null ? 0 : Number(line.split(' ').at(-1))
-}
-
-async function settled (nodes: TestNode[]): Promise<void> {
-  await waitFor(async () => (await Promise.all(nodes.map(async (n) => (await summary(n.api)).pendingTransfers))).every((p) => p === 0), { what: 'every transfer acknowledged' })
-}
-
 test('paid remote inference: each requester pays the server exactly ceil(price × tokens / 1000), recorded on both sides', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
   // A high electricity cost makes the tiny model's price large enough that an off-by-one would show.
-  const [a, b, c] = await Promise.all([startPeer(t, relay), startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 5000 } }), startPeer(t, relay)])
+  const [a, b, c] = await Promise.all([startPeer(t, relay), startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 5000 } }), startPeer(t, relay)])
   const nodes = [a, b, c]
   await Promise.all([waitForPeers(a, [b.nodeID, c.nodeID]), waitForPeers(b, [a.nodeID, c.nodeID]), waitForPeers(c, [a.nodeID, b.nodeID])])
   const price = await advertisedPriceMicro(a, b)
@@ -91,7 +75,7 @@ test('paid remote inference: each requester pays the server exactly ceil(price �
 test('a requester that cannot pay the most a request may cost gets 402 before the peer does any work', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7 })
-  const [a, b] = await Promise.all([startPeer(t, relay), startPeer(t, relay, { modelPath: path })])
+  const [a, b] = await Promise.all([startPeer(t, relay), startPeer(t, relay, { model: { id: MODEL, path } })])
   await Promise.all([waitForPeers(a, [b.nodeID]), waitForPeers(b, [a.nodeID])])
   const cheap = await advertisedPriceMicro(a, b)
   assert.equal((await b.api.patch('/v1/app/settings', { electricity_cost: 1_000_000, electricity_margin: 1000 })).status, 200)
@@ -100,7 +84,7 @@ test('a requester that cannot pay the most a request may cost gets 402 before th
   const maxTokens = Math.floor(100_000_000 * 1000 / price) + 1
   assert.ok(maxTokens < 1024, `price ${price}`)
   const before = await summary(a.api)
-  const servedBefore = await servedCount(b)
+  const servedBefore = await metric(b.api, SERVED)
 
   for (const body of [
     { model: MODEL, messages, max_tokens: maxTokens },
@@ -112,7 +96,7 @@ test('a requester that cannot pay the most a request may cost gets 402 before th
     assert.equal(res.body.error.type, 'insufficient_credits')
   }
   assert.deepEqual(await summary(a.api), before, 'nothing spent')
-  assert.equal(await servedCount(b), servedBefore, 'the peer generated nothing')
+  assert.equal(await metric(b.api, SERVED), servedBefore, 'the peer generated nothing')
 
   // One token fewer is affordable: served and paid.
   const affordable = await a.api.post('/v1/chat/completions', { model: MODEL, messages, max_tokens: maxTokens - 1 })
