@@ -13,11 +13,11 @@ export function llamaFlashAttention (choice: FlashAttention): 'auto' | boolean {
 }
 /**
  * On the CPU, llama.cpp's flash attention takes a head's dot products FLASH_ATTENTION_HEAD_STEP values at a time (its
- * AVX-512 f16 step) and what is left one value at a time, which node-llama-cpp's prebuilt CPU libraries run slowly.
- * Measured (bench/README.md, "Session 9"), 780 tokens into a context: for heads of 48, all of it left over, a token took
- * 1.9x as long with flash attention (prompts 0.8x); for 96, 1.2x (but prompts 0.64x and short contexts 0.83x, a loss
- * overall); for 64 and 128 it is faster throughout. So on the CPU `auto` leaves it off for heads narrower than the step.
- * (llama-server built from the same source with a newer compiler pays nothing for it.)
+ * AVX-512 f16 step) and what is left one value at a time, which node-llama-cpp's prebuilt CPU libraries run slowly:
+ * deep in a context a token takes much longer with it for heads narrower than the step, and heads that leave a
+ * remainder lose overall, while for 64 and 128 it is faster throughout (bench/README.md). So on the CPU `auto` leaves
+ * it off for heads narrower than the step. (llama-server built from the same source with a newer compiler pays nothing
+ * for it.)
  */
 export const FLASH_ATTENTION_HEAD_STEP = 64
 /** What `choice` means for one model: `headSize` from its GGUF (null if it does not say), `onCpu` where it runs. */

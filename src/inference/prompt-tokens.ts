@@ -3,15 +3,15 @@
 // - A cheap bound first: no token of a model's vocabulary stands for more bytes of text than its longest one, so a
 //   text longer than the context's tokens times that length cannot fit, and is refused before it is tokenized.
 // - A text that passes and is still large is tokenized in a worker thread (tokenizer-thread.ts): llama.cpp's
-//   tokenizers cost far more than linear on text outside the vocabulary (80,000 emoji take 3 s; 260,000 took 37 s),
-//   and a node must keep answering /health, streams and peers meanwhile.
+//   tokenizers cost far more than linear on text outside the vocabulary (seconds for a long run of emoji,
+//   bench/README.md), and a node must keep answering /health, streams and peers meanwhile.
 // What then fits the context is small enough for node-llama-cpp to tokenize again on the loop where it does so itself.
 import { Worker } from 'node:worker_threads'
 import type { LlamaModel, LlamaText, Token } from 'node-llama-cpp'
 import { InvalidGenerationRequestError, QueueFullError } from './errors.ts'
 import type { TokenizeAnswer, TokenizeJob } from './tokenizer-thread.ts'
 
-/** Texts up to this many bytes are tokenized on the event loop: at worst a few tens of milliseconds, measured. */
+/** Texts up to this many bytes are tokenized on the event loop: short enough for any text, measured (bench/README.md). */
 export const INLINE_TOKENIZE_BYTES = 32 * 1024
 /** Large texts that may wait for the tokenizer thread at once; the next one is refused as busy. */
 export const MAX_QUEUED_TOKENIZATIONS = 16

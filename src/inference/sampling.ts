@@ -27,7 +27,7 @@ export const MAX_LOGIT_BIAS_ENTRIES = 1024
 /**
  * top_k when a request gives none: 40, llama-server's and Ollama's default, and what node-llama-cpp applies to an option
  * left out. `top_k: 0` samples from every token: node-llama-cpp then sorts the whole vocabulary before each sample
- * (measured on the 24M model, 32k tokens: 4.5 ms of CPU per token instead of 2.5), which our own token loop spares
+ * (nearly doubling a small model's CPU time per token, bench/README.md), which our own token loop spares
  * (token-loop.ts: no top-k stage at all, the same distribution).
  */
 export const DEFAULT_TOP_K = 40
