@@ -1,5 +1,5 @@
 // What a download reports and watches while it runs: its progress and rate (over a sliding window, so a stall shows
-// quickly), and the idle alarm that drops a request which has gone quiet. Used by download.ts only.
+// quickly), and the idle alarm that drops a request which has gone quiet. Used by the download engine (download*.ts) only.
 
 const PROGRESS_INTERVAL_MS = 250
 const RATE_WINDOW_MS = 5000

@@ -100,6 +100,31 @@ export function verifyCertificate (certData: string, options: VerifyCertificateO
   return cert
 }
 
+/** A certificate whose form and CA signature have been checked, with its validity window in epoch milliseconds. */
+export interface OpenedCertificate {
+  payload: CertificatePayload
+  /** `issuedAt` less MAX_CLOCK_SKEW_MS: the issuer's clock may run ahead of ours. */
+  validFromMs: number
+  expiresAtMs: number
+}
+
+/**
+ * The part of `verifyCertificate` that never changes for one text: it decodes, and the CA its `ptnID` names signed
+ * it. Null otherwise. Which node and PTN it is for, and whether it is valid now (`isValidAt`), are the caller's to
+ * compare, so the signature of a certificate seen again need not be checked again.
+ */
+export function openCertificate (certData: string): OpenedCertificate | null {
+  const document = openDocument(certData, CertificatePayload, { domain: CERTIFICATE_DOMAIN, maxChars: MAX_CERT_CHARS })
+  if (document == null || !document.signedBy(document.payload.ptnID)) return null
+  const payload = document.payload
+  return { payload, validFromMs: Date.parse(payload.issuedAt) - MAX_CLOCK_SKEW_MS, expiresAtMs: Date.parse(payload.expiresAt) }
+}
+
+/** Whether an opened certificate is valid at `now`, as `verifyCertificate` judges it. */
+export function isValidAt (cert: OpenedCertificate, now: number, options: { allowExpired?: boolean } = {}): boolean {
+  return cert.validFromMs <= now && (options.allowExpired === true || now < cert.expiresAtMs)
+}
+
 /** Like `verifyCertificate`, but null instead of an error: for certificates peers present, which just count or not. */
 export function checkCertificate (certData: string, options: VerifyCertificateOptions = {}): CertificatePayload | null {
   try {

@@ -1,7 +1,8 @@
 // What other layers (the composition root, HTTP routes, the CLI, the router) use of the PTN domain.
 export { PtnService } from './ptn-service.ts'
 export { MAX_PTN_MEMBERSHIPS, certificatesByUse } from './memberships.ts'
-export type { PtnServiceDeps, PtnServiceOptions, MembershipRecord, MembershipStatus } from './ptn-service.ts'
+export type { PtnServiceDeps, PtnServiceOptions } from './ptn-service.ts'
+export type { MembershipRecord, MembershipStatus } from './membership-store.ts'
 export { PTN_ROLES, issueCertificate, verifyCertificate, checkCertificate, DEFAULT_CERTIFICATE_TTL_MS, CERTIFICATE_DOMAIN } from './certificates.ts'
 export type { PtnRole, CertificatePayload, IssueCertificateInput, VerifyCertificateOptions } from './certificates.ts'
 export { createInvite, verifyInvite, INVITE_TTL_MS } from './invites.ts'

@@ -2,8 +2,9 @@
 
 /**
  * Memberships in effect (`active` or `recovered`) one node may hold: a create, join or recover past it is refused
- * (409). Bounded because every membership costs a certificate check each time the record is looked at (every second)
- * and each time a peer's request is weighed for reserved slots; far above what a node needs.
+ * (409). Bounded because every membership is looked at each time the record is (every second) and each time a
+ * peer's request is weighed for reserved slots, and its certificate checked again whenever one changes; far above
+ * what a node needs.
  */
 export const MAX_PTN_MEMBERSHIPS = 128
 

@@ -105,7 +105,7 @@ test('expired, forged and foreign certificates count for nothing; only valid own
   assert.deepEqual(ptn.verifiedPtnIDs(peer, [expired]), [])
   assert.equal((await expiring.recover(ptnID)).status, 'recovered')   // this node's own certificate, now valid for 200 ms
   await waitFor(() => expiring.certificatesForAdvert().length === 0, { what: 'the re-signed 200 ms certificate to expire' })
-  assert.deepEqual(ptn.memberPtnIDs(), [])
+  assert.deepEqual(expiring.memberPtnIDs(), [])
   assert.equal((await ptn.recover(ptnID)).status, 'recovered', 'recover re-signs it with the CA key')
   assert.deepEqual(ptn.memberPtnIDs(), [ptnID])
 })
