@@ -1,4 +1,5 @@
 import type { BatchingOptions, BatchItem, LlamaContext, PrioritizedBatchItem } from 'node-llama-cpp'
+import { decodeQueueOf } from './patches/node-llama-cpp.ts'
 
 /**
  * How often the batch loop may come back for the sequences it expects before it decodes without them. Each return is
@@ -24,8 +25,9 @@ const ACTIVE_BATCHES = 2
  * - **Sequence order.** node-llama-cpp gives every sequence its own KV stream, and llama.cpp splits a batch whose
  *   sequence ids are out of order into several micro-batches (one matrix-vector product per sequence instead of one
  *   matrix product for all). Items are sorted by sequence id. node-llama-cpp's BatchItem does not carry the id, so it
- *   is read from the context's queue, which lists the same items in the same order (node-llama-cpp is pinned; if
- *   that private field changes shape the items keep their queue order and only this optimisation is lost).
+ *   is read from the context's queue, which lists the same items in the same order (the `batch-sequence-order` patch,
+ *   patches/node-llama-cpp.ts: where that private queue is not there, the patch says so at start, and the items keep
+ *   their queue order).
  *
  * Then the batch's token budget is shared as node-llama-cpp's own "maximumParallelism" does: every item gets an
  * equal share, and what short items leave goes to the long ones (prompts), in order.
@@ -33,7 +35,7 @@ const ACTIVE_BATCHES = 2
 export class SequenceOrderedBatching {
   /** The options to pass to `model.createContext({ batching })`; call `attach` with the context it returns. */
   readonly options: BatchingOptions
-  #queue: (() => unknown) | null = null
+  #queue: (() => ReadonlyArray<{ sequenceId?: unknown }>) | null = null
   /** Sequence id → the batch it last took part in (when the ids can be read). */
   readonly #lastBatch = new Map<number, number>()
   #batches = 0
@@ -53,8 +55,7 @@ export class SequenceOrderedBatching {
   }
 
   attach (context: LlamaContext): void {
-    const queue = (context as unknown as { _queuedDecodes?: unknown })._queuedDecodes
-    this.#queue = Array.isArray(queue) ? () => (context as unknown as { _queuedDecodes: unknown })._queuedDecodes : null
+    this.#queue = decodeQueueOf(context)
   }
 
   #prioritize (items: readonly BatchItem[], size: number): PrioritizedBatchItem[] {
@@ -97,73 +98,11 @@ export class SequenceOrderedBatching {
     return false
   }
 
-  /** The items' sequence ids, read from the context's queue; null when that private field is not what we expect. */
+  /** The items' sequence ids, read from the context's queue; null without the queue, or when it lists other items. */
   #sequenceIds (items: readonly BatchItem[]): number[] | null {
     const queue = this.#queue?.()
-    if (!Array.isArray(queue) || queue.length !== items.length) return null
-    const ids = queue.map((queued: { sequenceId?: unknown }) => queued.sequenceId)
+    if (queue == null || queue.length !== items.length) return null
+    const ids = queue.map((queued) => queued.sequenceId)
     return ids.every((id) => typeof id === 'number') ? ids as number[] : null
   }
-}
-
-const ERASURES = Symbol.for('meshnode.erasuresGetTheLock')
-
-interface ErasureState {
-  /** Sequence id → erasures of that sequence under way. */
-  pending: Map<number, number>
-  /** Decodes of other sequences waiting for the erasures to be through. */
-  waiting: Array<() => void>
-}
-
-/**
- * Lets a sequence's erasure (clearing it, or LlamaChat trimming a reused prefix to what the new prompt shares) take
- * the context's lock while other sequences generate. node-llama-cpp's batch loop holds that lock for as long as any
- * decode is queued, and with three or more streams one always is: measured, a fourth request's `clearHistory` waited
- * until the other three generations had finished (24 s). While an erasure is pending, the other sequences' next
- * decodes wait; the loop drains what is queued, lets go of the lock, the erasure runs (a few cache operations), and
- * they go on, together, in the next batch. A sequence with its own erasure pending is never held (its erasure may
- * re-evaluate tokens before it returns). Private methods of the pinned node-llama-cpp; a changed shape leaves them
- * alone, as in `guardSampling`.
- */
-export function letErasuresIn (Context: { prototype: object }, Sequence: { prototype: object }): boolean {
-  const context = Context.prototype as Record<string | symbol, unknown>
-  const sequence = Sequence.prototype as Record<string | symbol, unknown>
-  const decode = context._decodeTokens
-  const erase = sequence._eraseContextTokenRanges
-  if (context[ERASURES] === true) return true
-  if (typeof decode !== 'function' || decode.length !== 2 || typeof erase !== 'function' || erase.length !== 1) return false
-  context[ERASURES] = true
-  const states = new WeakMap<object, ErasureState>()
-  const stateOf = (owner: object): ErasureState => {
-    let state = states.get(owner)
-    if (state == null) states.set(owner, state = { pending: new Map(), waiting: [] })
-    return state
-  }
-  sequence._eraseContextTokenRanges = async function (this: { _context: object, _sequenceId: number }, ...args: unknown[]): Promise<unknown> {
-    const state = stateOf(this._context)
-    const id = this._sequenceId
-    state.pending.set(id, (state.pending.get(id) ?? 0) + 1)
-    try {
-      return await (erase as (...a: unknown[]) => Promise<unknown>).apply(this, args)
-    } finally {
-      const left = (state.pending.get(id) ?? 1) - 1
-      if (left > 0) state.pending.set(id, left)
-      else state.pending.delete(id)
-      if (state.pending.size === 0) for (const resume of state.waiting.splice(0)) resume()
-    }
-  }
-  // Not an async function: with no erasure pending (nearly always) the decode's own promise is returned as it is. Two
-  // more promise hops per decode let node-llama-cpp's batch loop find its queue empty and let go of the lock before the
-  // sequence re-queued; taking it again cost ~0.1 ms per token (24M model, one stream: 1.88 against 1.79 ms).
-  context._decodeTokens = function (this: object, ...args: unknown[]): Promise<unknown> {
-    const state = states.get(this)
-    const id = (args[0] as { sequenceId?: unknown } | undefined)?.sequenceId
-    const held = (): boolean => state != null && state.pending.size > 0 && !(typeof id === 'number' && state.pending.has(id))
-    if (!held()) return (decode as (...a: unknown[]) => Promise<unknown>).apply(this, args)
-    return (async () => {
-      while (held()) await new Promise<void>((resolve) => { state?.waiting.push(resolve) })
-      return await (decode as (...a: unknown[]) => Promise<unknown>).apply(this, args)
-    })()
-  }
-  return true
 }

@@ -16,6 +16,7 @@ import { compactHeap } from './heap.ts'
 import { defaultInferenceThreads } from './llama.ts'
 import { availableMemoryBytes, contextLengthFor, errorMessage, estimateMemoryBytes, inspectModelFile } from './model-file.ts'
 import { chatWrapperFor, ModelInstance, type InferenceLogger, type LoadedModelInfo, type LoadedModelState, type LoadReason } from './model-instance.ts'
+import { releaseTokenizerArrays } from './patches/node-llama-cpp.ts'
 import { PromptTokenizer, TokenizerThread } from './prompt-tokens.ts'
 
 export type { InferenceLogger, LoadedModelInfo, LoadedModelState, LoadReason } from './model-instance.ts'
@@ -400,22 +401,4 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
 function integerOption (name: string, value: number, min: number): number {
   if (!Number.isSafeInteger(value) || value < min) throw new RangeError(`LocalEngine option ${name} must be an integer >= ${min}, got ${value}`)
   return value
-}
-
-/** What node-llama-cpp's copy of a GGUF's tokenizer may lose once the model is loaded (`releaseTokenizerArrays`). */
-export const RELEASED_TOKENIZER_KEYS = ['merges', 'scores', 'token_type', 'precompiled_charsmap'] as const
-
-/**
- * node-llama-cpp keeps the GGUF's whole metadata as the model's `fileInfo`, the tokenizer's arrays included, though
- * llama.cpp holds the vocabulary itself: for a vocabulary of 152k tokens with as many BPE merges (Qwen2.5's), tens of
- * MB of JavaScript strings and numbers for the life of the model (bench/README.md). Once the model is loaded,
- * node-llama-cpp 3.22 reads, of the tokenizer's arrays, only the number of tokens (`tokens.length`, as
- * `vocabularySize` does; its scalar keys, the end token and the chat template, stay), so the merges, scores, token
- * types and SentencePiece's character map are let go. The tokens stay. node-llama-cpp's types still declare them:
- * code of ours that wants them must read the GGUF itself.
- */
-function releaseTokenizerArrays (model: LlamaModel): void {
-  const ggml = (model.fileInfo.metadata as { tokenizer?: { ggml?: object } }).tokenizer?.ggml
-  if (ggml == null) return
-  for (const key of RELEASED_TOKENIZER_KEYS) Reflect.deleteProperty(ggml, key)
 }

@@ -6,11 +6,12 @@
 // does not start.
 import { existsSync, readFileSync } from 'node:fs'
 import { readdir, rm, stat } from 'node:fs/promises'
-import { registerHooks } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import type { Llama } from 'node-llama-cpp'
 import { getSharedLlama } from './llama.ts'
+import { nodeLlamaCppPatches, redirectPrebuiltBinaries } from './patches/node-llama-cpp.ts'
+import { warnInactivePatches } from './patches/report.ts'
 
 export type GpuBackend = 'cuda' | 'vulkan' | 'metal'
 /** `serve --gpu`: a backend, `auto` (the best installed one that works, else the CPU) or `off` (the CPU). */
@@ -197,29 +198,19 @@ export function planGpu (choice: GpuChoice, gpuDir: string, detectedGpu: string 
 }
 
 /**
- * Packages installed in a gpu dir, by name, for the resolution hook. A module-level registry, which the code
- * otherwise avoids, and why: module resolution is process-wide, so the hook is registered once per process, and node-llama-cpp
- * imports its binary packages by bare name from its own folder, which only a hook can point elsewhere.
+ * Points node-llama-cpp's imports of its binary packages at those installed in `gpuDir` (the `prebuilt-binary-redirect`
+ * patch, patches/node-llama-cpp.ts): it imports them by bare name from its own folder, where only the stub is.
  */
-const redirected = new Map<string, string>()
-let hookRegistered = false
-
 function useInstalledPackages (gpuDir: string): void {
   const version = nodeLlamaCppVersion()
+  const packages = new Map<string, string>()
   for (const backend of PREFERENCE) {
     for (const name of gpuPackages(backend) ?? []) {
       const dir = installedPackage(gpuDir, name, version)
-      if (dir != null && !redirected.has(name)) redirected.set(name, pathToFileURL(join(dir, 'dist', 'index.js')).href)
+      if (dir != null) packages.set(name, pathToFileURL(join(dir, 'dist', 'index.js')).href)
     }
   }
-  if (hookRegistered || redirected.size === 0) return
-  hookRegistered = true
-  registerHooks({
-    resolve: (specifier, context, nextResolve) => {
-      const url = redirected.get(specifier)
-      return url == null ? nextResolve(specifier, context) : { url, format: 'module', shortCircuit: true }
-    }
-  })
+  redirectPrebuiltBinaries(packages)
 }
 
 export interface AcceleratorLogger {
@@ -229,7 +220,8 @@ export interface AcceleratorLogger {
 
 /**
  * The llama.cpp backend of this node, chosen once from its plan: the first candidate that starts, else the CPU (for
- * `auto`; a named backend that fails is an error). Every engine of the process asks it for its Llama.
+ * `auto`; a named backend that fails is an error). Every engine of the process asks it for its Llama. Once llama.cpp
+ * runs, it warns of each patch of node-llama-cpp that did not take (patches/node-llama-cpp.ts).
  */
 export class Accelerator {
   readonly #plan: GpuPlan
@@ -266,7 +258,10 @@ export class Accelerator {
 
   /** The process's Llama for this plan, started on first use. GpuSetupError when a named backend does not start. */
   async llama (threads: number): Promise<Llama> {
-    this.#llama ??= this.#start(threads)
+    this.#llama ??= this.#start(threads).then(async (llama) => {
+      if (this.#log != null) warnInactivePatches(this.#log, await nodeLlamaCppPatches())
+      return llama
+    })
     const llama = await this.#llama
     if (llama.maxThreads < threads) llama.maxThreads = threads
     return llama

@@ -1,8 +1,4 @@
-import { setFlagsFromString } from 'node:v8'
-import { runInNewContext } from 'node:vm'
-
-/** V8's `gc` with the options it takes (V8 13); older engines ignore the options and run a plain full collection. */
-type CollectGarbage = (options?: { type?: 'major' | 'minor', execution?: 'sync' | 'async', flavor?: 'regular' | 'last-resort' }) => void
+import { garbageCollector } from './patches/v8.ts'
 
 /**
  * Gives the JavaScript heap's free pages back to the system: a full, memory-reducing collection (V8's "last resort"
@@ -13,21 +9,12 @@ type CollectGarbage = (options?: { type?: 'major' | 'minor', execution?: 'sync' 
  * live; afterwards 42 MB, and the process's RSS 24 MB lower (bench/README.md, memory). Each blocks the event loop
  * for about 0.1 s (three per load), while nothing of the model runs yet.
  *
- * V8 exposes its collector only behind `--expose-gc`; setting that flag now makes `gc` exist in contexts created
- * after it, so one new context hands us the function. Where that fails (an embedder that refuses the flag), the
- * heap is simply left as it is.
+ * The collector is V8's, reached through the `expose-gc` patch (patches/v8.ts); where it did not take (reported and
+ * warned at start), the heap is left as it is and this returns false.
  */
 export function compactHeap (): boolean {
-  const collect = collector()
+  const collect = garbageCollector()
   if (collect == null) return false
   collect({ type: 'major', execution: 'sync', flavor: 'last-resort' })
   return true
-}
-
-function collector (): CollectGarbage | null {
-  const exposed = (globalThis as { gc?: unknown }).gc
-  if (typeof exposed === 'function') return exposed as CollectGarbage
-  setFlagsFromString('--expose-gc')
-  const fromContext: unknown = runInNewContext('typeof gc === "function" ? gc : null')
-  return typeof fromContext === 'function' ? fromContext as CollectGarbage : null
 }

@@ -1,6 +1,6 @@
 import type { LlamaContextSequence, LlamaText, Token } from 'node-llama-cpp'
 import type { DoneEvent } from './chat.ts'
-import { llamaInternals, SamplingError, type LlamaInternals } from './llama.ts'
+import { tokenLoopInternals, type LlamaInternals } from './patches/node-llama-cpp.ts'
 import type { Sampling } from './sampling.ts'
 import { doneEvent, metered, type Slot } from './slot-work.ts'
 
@@ -23,28 +23,10 @@ export interface TokenLoop {
   readonly maxTokens: number
   /** What ends the answer besides end-of-generation tokens: the chat template's own triggers (none for completions). */
   readonly stopTriggers: readonly LlamaText[]
-  /** node-llama-cpp's internal parts the loop uses (`llamaInternals`); a plan without them does not loop. */
+  /** node-llama-cpp's internal parts the loop uses (the `token-loop` patch); a plan without them does not loop. */
   readonly internals: LlamaInternals
 }
 
-/** node-llama-cpp 3.22's private parts the loop drives: the queue every sequence's decodes go through. */
-interface SequenceInternals {
-  _sequenceId: number
-  _nextTokenIndex: number
-  _contextTokens: Token[]
-  _tokenMeter: unknown
-  _context: {
-    _ctx: { sampleToken (batchLogitIndex: number, sampler: unknown): Promise<number> }
-    _decodeTokens (
-      item: { sequenceId: number, tokens: Token[], firstTokenSequenceIndex: number, logits: boolean[], evaluationPriority: number, tokenMeter: unknown },
-      logitDataMapper: (batchLogitIndex: number) => Promise<number>
-    ): Promise<Array<[number, number]>>
-  }
-  _resolveSamplerConfig (options: object): object
-}
-
-/** node-llama-cpp's default evaluation priority, as LlamaChat and LlamaCompletion pass it. */
-const EVALUATION_PRIORITY = 5
 const UNKNOWN_UNICODE_CHAR = '\ufffd'
 /** Tokens a token is detokenized after (node-llama-cpp's maxRecentDetokenizerTokens). */
 const RECENT_TOKENS = 3
@@ -52,23 +34,20 @@ const RECENT_TOKENS = 3
 /**
  * The loop for a planned generation, or null when node-llama-cpp's own classes must run it: the caller says whether
  * its kind of request can loop (no tools, no grammar, a plain template); a repeat penalty, whose tokens change every
- * token, stays with them too, as does everything when node-llama-cpp's internal parts changed (`llamaInternals`).
+ * token, stays with them too, as does everything where the `token-loop` patch did not take (reported at start).
  */
 export async function planLoop (eligible: boolean, loop: Omit<TokenLoop, 'internals'>): Promise<TokenLoop | null> {
   if (!eligible || loop.sampling.repeatPenalty !== false) return null
-  const internals = await llamaInternals()
+  const internals = await tokenLoopInternals()
   return internals == null ? null : { ...loop, internals }
 }
 
 /**
- * Whether the loop can run on this sequence: the private parts it drives are there, and the model keeps no
- * checkpoints (recurrent and sliding-window models need node-llama-cpp's own evaluation, which takes them).
+ * Whether the loop can run on this sequence: the model keeps no checkpoints (recurrent and sliding-window models need
+ * node-llama-cpp's own evaluation, which takes them). The private parts it drives were checked once, by the patch.
  */
 export function canLoop (sequence: LlamaContextSequence): boolean {
-  const internals = sequence as unknown as Partial<SequenceInternals>
-  return !sequence.needsCheckpoints &&
-    typeof internals._nextTokenIndex === 'number' && Array.isArray(internals._contextTokens) &&
-    typeof internals._resolveSamplerConfig === 'function' && typeof internals._context?._decodeTokens === 'function'
+  return !sequence.needsCheckpoints
 }
 
 /** Runs `loop` on a slot, as a `SlotWork` does: text as `delta` events, and the `done` event with its usage. */
@@ -87,15 +66,14 @@ export async function runOnSlot (slot: Slot, loop: TokenLoop, emit: (event: { ty
  * the last evaluated, its token meter counting them.
  */
 export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenLoop, emit: (text: string) => void, signal: AbortSignal, matched: { stop?: ReadonlyArray<unknown> } = {}): Promise<LoopStopReason> {
-  const { LlamaSampler, StopGenerationDetector, TokenStreamRegulator, getQueuedTokensBeforeStopTrigger } = loop.internals
+  const { LlamaSampler, StopGenerationDetector, TokenStreamRegulator, getQueuedTokensBeforeStopTrigger, resolveSamplerConfig, queueDecode, evaluated } = loop.internals
   const model = sequence.model
-  const seq = sequence as unknown as SequenceInternals & LlamaContextSequence
   const { customStopTriggers, topK, ...samplerOptions } = loop.sampling
   const sampler = new LlamaSampler(model)
   try {
     // Configured once: the same configuration every token (node-llama-cpp re-applies it per token, to no effect). top_k 0
     // ("every token") becomes no top-k stage rather than node-llama-cpp's sort of the whole vocabulary (sampling.ts).
-    sampler.applyConfig(seq._resolveSamplerConfig({ ...samplerOptions, topK: topK === 0 ? null : topK }))
+    sampler.applyConfig(resolveSamplerConfig(sequence, { ...samplerOptions, topK: topK === 0 ? null : topK }))
     // As LlamaCompletion: reuse what the slot holds of the prompt (at least the last token is evaluated, for its logits).
     const prompt = loop.tokens as Token[]
     await sequence.adaptStateToTokens(prompt.slice(0, -1), false)
@@ -130,7 +108,7 @@ export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenL
       if (generated >= loop.maxTokens) return 'maxTokens'
       if (signal.aborted) return 'abort'
       const failure: { error?: unknown } = {}
-      const token = evaluated(seq, input, await queueDecode(seq, input, sampler._sampler, failure), failure)
+      const token = evaluated(sequence, input, await queueDecode(sequence, input, sampler, failure), failure)
       input = [token]
       // From here on, what LlamaChat and LlamaCompletion do with each sampled token (node-llama-cpp 3.22).
       const tokens = [...partial, token]
@@ -164,48 +142,4 @@ export async function runTokenLoop (sequence: LlamaContextSequence, loop: TokenL
   } finally {
     sampler.dispose()
   }
-}
-
-/**
- * Queues `tokens` on the sequence's context, as node-llama-cpp's own evaluation does, to sample the token after the
- * last one. A sampling failure is caught where node-llama-cpp's batch loop would have it unhandled (llama.ts,
- * `guardSampling`) and left in `failure`. Not an async function, and awaited by the loop itself: the loop then
- * resumes, and queues the next decode, before node-llama-cpp's batch loop looks at its queue again; if the batch loop
- * found its queue empty first it would let go of the context's lock, and taking it again costs ~0.1 ms per token.
- */
-function queueDecode (sequence: SequenceInternals & LlamaContextSequence, tokens: Token[], sampler: unknown, failure: { error?: unknown }): Promise<Array<[number, number]>> {
-  // node-llama-cpp's own checks before a decode (planning keeps every request within the context, so these never fire)
-  if (sequence.disposed) throw new Error('The context sequence was disposed')
-  if (sequence._nextTokenIndex + tokens.length > sequence.context.contextSize - 1) throw new Error('The context is full')
-  const context = sequence._context
-  const logits: boolean[] = []
-  logits[tokens.length - 1] = true
-  return context._decodeTokens({
-    sequenceId: sequence._sequenceId,
-    tokens,
-    firstTokenSequenceIndex: sequence._nextTokenIndex,
-    logits,
-    evaluationPriority: EVALUATION_PRIORITY,
-    tokenMeter: sequence._tokenMeter
-  }, (batchLogitIndex) => {
-    const fail = (error: unknown): number => {
-      failure.error ??= error
-      return -1
-    }
-    try {
-      return context._ctx.sampleToken(batchLogitIndex, sampler).catch(fail)
-    } catch (error) { // thrown, not rejected: it would escape into node-llama-cpp's batch loop, which nobody awaits
-      return Promise.resolve(fail(error))
-    }
-  })
-}
-
-/** The sampled token, once the sequence records `tokens` as evaluated (what node-llama-cpp's own decode records). */
-function evaluated (sequence: SequenceInternals, tokens: Token[], sampled: Array<[number, number]>, failure: { error?: unknown }): Token {
-  sequence._nextTokenIndex += tokens.length
-  for (const token of tokens) sequence._contextTokens.push(token)
-  if ('error' in failure) throw new SamplingError(failure.error)
-  const token = sampled.at(-1)?.[1]
-  if (token == null || token < 0) throw new SamplingError(new Error('no token was sampled'))
-  return token as Token
 }

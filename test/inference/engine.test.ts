@@ -8,7 +8,7 @@ import {
   InvalidGenerationRequestError, LocalEngine, ModelLoadError, NoModelLoadedError, QueueFullError,
   type ChatEvent, type ChatRequest, type GenerateOptions, type LocalEngineOptions
 } from '../../src/inference/index.ts'
-import { RELEASED_TOKENIZER_KEYS } from '../../src/inference/engine.ts'
+import { RELEASED_TOKENIZER_KEYS } from '../../src/inference/patches/node-llama-cpp.ts'
 import { resolveFlashAttention } from '../../src/inference/flash-attention.ts'
 import { readGgufFileInfo } from 'node-llama-cpp'
 import { TINY_GGUF_CONTEXT_LENGTH, writeTinyGguf } from '../support/tiny-gguf.ts'

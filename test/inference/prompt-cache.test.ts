@@ -117,7 +117,7 @@ await test('a request whose slot must be trimmed or cleared starts while other g
   const engine = await startEngine(t, { slots: 4 })
   await ask(engine, first, 'key:a') // a's slot now holds tokens a different prompt must erase first
   // Three long generations on the other slots; node-llama-cpp's batch loop holds the context's lock while any decode
-  // is queued, which an erasure needs (batching.ts, letErasuresIn).
+  // is queued, which an erasure needs (the erasures-take-the-lock patch, patches/node-llama-cpp.ts).
   let running = 3
   const long = ['key:b', 'key:c', 'key:d'].map(async (requester) => {
     await ask(engine, [{ role: 'user', content: `tell me everything, ${requester}` }], requester, 900)
