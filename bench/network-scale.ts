@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
 import { setTimeout as delay } from 'node:timers/promises'
-import { startRelay } from '../src/network/relay.ts'
+import { startRelay } from '../src/network/relay/relay.ts'
 import type { PeerNetworkOptions } from '../src/network/index.ts'
 import { LightCluster, type NodeStats } from '../test/support/light-cluster.ts'
 

@@ -2,8 +2,8 @@
 // since a type-level cycle ties two parts together as firmly for a reader): no import cycle, in src/ or in the
 // dashboard; and a domain (a folder of src/ with an index.ts) is imported by anything outside it only through that
 // index.ts. `npm run lint:imports` runs it: it prints each violation and exits 1 when there is any. It is not yet part
-// of `npm run lint`: the cycles it finds (inference, models, network and serving through each other; the dashboard's
-// app and pages) are to be untied first.
+// of `npm run lint`: the cycles it finds (the models' records and loader; the dashboard's app and pages) are to be
+// untied first.
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 

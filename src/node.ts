@@ -11,12 +11,13 @@ import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
-import { Accelerator, LocalEngine, LocalRouter, aliasedRouter, aliasedTokenizer, defaultInferenceThreads, planGpu, type LocalModel, type LocalModels } from './inference/index.ts'
+import { Accelerator, LocalEngine, LocalRouter, aliasedRouter, aliasedTokenizer, defaultInferenceThreads, planGpu, v8Patches, warnInactivePatches, type LocalModel, type LocalModels } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { DemandDrivenModels, DemandTracker, ModelAliases, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_ADVERTISED_CERTIFICATES, MAX_INBOUND_INFER_STREAMS, PeerNetwork, PeerRouter, createInferHandler } from './network/index.ts'
+import { MAX_ADVERTISED_CERTIFICATES, PeerNetwork } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_INBOUND_INFER_STREAMS, PeerRouter, createInferHandler } from './remote/index.ts'
 import { ServingPolicy } from './serving/index.ts'
 import { AgentService } from './agent/index.ts'
 import { StoredResponses } from './responses/index.ts'
@@ -97,6 +98,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     const threads = config.threads ?? defaultInferenceThreads(availableParallelism())
     const gpuChoice = config.gpu ?? 'auto'
     const accelerator = new Accelerator(planGpu(gpuChoice, join(config.dataDir, 'gpu'), hardware.gpu), { log: log.child({ part: 'gpu' }) })
+    warnInactivePatches(log, v8Patches()) // node-llama-cpp's patches are reported by the accelerator, once llama.cpp starts
     if (gpuChoice !== 'auto' && gpuChoice !== 'off') await accelerator.llama(threads) // a named backend must start, or the node does not
     const engine = new LocalEngine({ log: log.child({ part: 'engine' }), accelerator }, {
       threads,
@@ -166,11 +168,8 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       engine,
       sameModel,
       settings,
-      isPtnMember: (nodeID) => {
-        const ours = ptn.memberPtnIDs()
-        return network.peer(nodeID)?.ptnIDs.some(id => ours.includes(id)) ?? false
-      },
-      sharesPtn: (nodeID, ptnID) => ptn.memberPtnIDs().includes(ptnID) && (network.peer(nodeID)?.ptnIDs.includes(ptnID) ?? false),
+      ptn,
+      peers: network,
       recordDemand: (modelID) => { demand.record(modelID) },
       onServed: ({ kind, usage }) => { peerTokens.inc({}, billableTokens(kind, usage)); peerRequests.inc() },
       log: log.child({ part: 'serving' })

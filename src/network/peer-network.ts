@@ -8,21 +8,21 @@ import type { NodeIdentity } from '../identity/index.ts'
 import { relayUrls, type Settings, type SettingsChange } from '../settings/index.ts'
 import { detectHardware, type HardwareInfo } from '../system/hardware.ts'
 import { ProtocolError, openPeerStream, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
-import { Admission, type PeerType } from './admission.ts'
-import { AdvertGossip, type AdvertGossipOptions } from './advert-gossip.ts'
-import { ADVERTS_SYNC_PROTOCOL, AdvertBook, MAX_INBOUND_SYNC_STREAMS, createAdvertsSyncHandler, signAdvert, type AdvertEntry } from './adverts.ts'
-import { ConnectionPolicy } from './connection-policy.ts'
-import { CAPABILITIES_PROTOCOL, MAX_INBOUND_CAPABILITIES_STREAMS, createCapabilitiesHandler, pushCapabilities, type CapabilityRecord } from './capabilities.ts'
-import { advertisedAddrs } from './directory.ts'
-import { LanCluster } from './lan-cluster.ts'
-import type { PeerHost } from './libp2p-node.ts'
-import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, nodeIDToPeerId, openStream, peerIdToNodeID } from './peer-ids.ts'
-import { PeerTable, type PeerInfo, type PeerTableEvents } from './peer-table.ts'
-import { ProtocolRegistry, type HandleOptions, type PeerStreamHandler } from './protocol-registry.ts'
-import type { ReachabilityStatus } from './reachability-status.ts'
-import { RecordAdvertiser, type RecordPart, type RecordParts } from './record-advertiser.ts'
-import { WanPresence } from './wan-presence.ts'
-import { dialableAddrs, type WanClientOptions } from './wan.ts'
+import { Admission, type PeerType } from './peers/admission.ts'
+import { AdvertGossip, type AdvertGossipOptions } from './adverts/advert-gossip.ts'
+import { ADVERTS_SYNC_PROTOCOL, AdvertBook, MAX_INBOUND_SYNC_STREAMS, createAdvertsSyncHandler, signAdvert, type AdvertEntry } from './adverts/adverts.ts'
+import { ConnectionPolicy } from './peers/connection-policy.ts'
+import { CAPABILITIES_PROTOCOL, MAX_INBOUND_CAPABILITIES_STREAMS, createCapabilitiesHandler, pushCapabilities, type CapabilityRecord } from './peers/capabilities.ts'
+import { advertisedAddrs } from './relay/directory.ts'
+import { LanCluster } from './lan/lan-cluster.ts'
+import type { PeerHost } from './host/libp2p-node.ts'
+import { DEFAULT_LAN_LISTEN, DEFAULT_LISTEN, nodeIDToPeerId, openStream, peerIdToNodeID } from './host/peer-ids.ts'
+import { PeerTable, type PeerInfo, type PeerTableEvents } from './peers/peer-table.ts'
+import { ProtocolRegistry, type HandleOptions, type PeerStreamHandler } from './peers/protocol-registry.ts'
+import type { ReachabilityStatus } from './host/reachability-status.ts'
+import { RecordAdvertiser, type RecordPart, type RecordParts } from './peers/record-advertiser.ts'
+import { WanPresence } from './wan/wan-presence.ts'
+import { dialableAddrs, type WanClientOptions } from './wan/wan.ts'
 
 export interface PeerNetworkDeps {
   identity: NodeIdentity
@@ -251,7 +251,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
 
   async #startHost (): Promise<void> {
     // libp2p and its transports load here, the first time the network starts, not with the node.
-    const { createPeerHost } = await import('./libp2p-node.ts')
+    const { createPeerHost } = await import('./host/libp2p-node.ts')
     await this.#registerOwnProtocols()
     const host = await createPeerHost(this.#identity, {
       listen: this.#options.listen ?? DEFAULT_LISTEN,

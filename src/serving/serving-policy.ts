@@ -28,10 +28,10 @@ export interface ServingPolicyDeps {
   }
   sameModel: (a: string, b: string) => boolean
   settings: { get (): { org_capacity_reservation: number, inference_backend: string } }
-  /** Whether a peer is a verified member of one of this node's PTNs (it may use the reserved slots). */
-  isPtnMember: (nodeID: string) => boolean
-  /** Whether this node and the peer are both verified members of `ptnID` (its members then share prompt caches). */
-  sharesPtn?: (nodeID: string, ptnID: string) => boolean
+  /** The PTNs this node is a member of (`PtnService`). */
+  ptn: { memberPtnIDs (): string[] }
+  /** The PTNs each peer's certificates prove it a member of (`PeerNetwork`: checked when its record arrived). */
+  peers: { peer (nodeID: string): { ptnIDs: string[] } | null }
   /** Counts a request for a model this node does not serve (demand-driven models). */
   recordDemand: (modelID: string) => void
   /** After a generation was answered in full: what it was, and the tokens it cost (metrics, billing). */
@@ -107,8 +107,16 @@ export class ServingPolicy {
    * the PTN it names; else its own peer's, and within that its own label's.
    */
   #requester (ask: PeerGeneration): string {
-    if (ask.ptnID != null && this.#deps.sharesPtn?.(ask.nodeID, ask.ptnID) === true) return `ptn:${ask.ptnID}`
+    if (ask.ptnID != null && this.#sharedPtnIDs(ask.nodeID).includes(ask.ptnID)) return `ptn:${ask.ptnID}`
     return ask.requesterLabel == null ? `peer:${ask.nodeID}` : `peer:${ask.nodeID}/${ask.requesterLabel}`
+  }
+
+  /** The PTNs both this node and the peer are verified members of. */
+  #sharedPtnIDs (nodeID: string): string[] {
+    const theirs = this.#deps.peers.peer(nodeID)?.ptnIDs ?? []
+    if (theirs.length === 0) return []
+    const ours = this.#deps.ptn.memberPtnIDs()
+    return theirs.filter(id => ours.includes(id))
   }
 
   #admit (ask: PeerGeneration): { modelID: string, member: boolean } {
@@ -123,7 +131,8 @@ export class ServingPolicy {
       if (ask.modelID != null) this.#deps.recordDemand(ask.modelID)
       throw new NotServedError(ask.modelID == null ? capitalized(refusal ?? 'this node has no model loaded') : `Model ${ask.modelID} is not served by this node${refusal == null ? '' : `: ${refusal}`}`)
     }
-    const member = this.#deps.isPtnMember(ask.nodeID)
+    // A verified member of one of this node's PTNs may use the reserved slots.
+    const member = this.#sharedPtnIDs(ask.nodeID).length > 0
     // With nothing reserved there is nothing to keep outsiders from: they queue at the engine like anyone else. With a
     // reservation, an outsider's generation counts against its share while it waits too, or outsiders queued ahead
     // would hold every slot as it frees up.

@@ -2,7 +2,7 @@ export { Ledger, GRANT_MICRO } from './ledger.ts'
 export type { WalletTransaction, WalletTotals, TransactionType, OutgoingTransfer, PendingTransfer, TransferRecord, ReceiveResult, LedgerEvents } from './ledger.ts'
 export { MICRO_PER_CREDIT, creditsToMicro, microToCredits, formatCredits } from './credits.ts'
 export { Wallet, DEFAULT_HOLD_TOKENS } from './wallet.ts'
-export type { WalletDeps, WalletOptions, WalletNetwork, SendRequest, SendResult, CreditHold, InferenceCharge, InferenceChargeRequest } from './wallet.ts'
+export type { WalletDeps, WalletOptions, WalletNetwork, SendRequest, SendResult, CreditHold, InferenceCharge, InferenceChargeRequest, InferencePayee } from './wallet.ts'
 export { TransferOutbox } from './outbox.ts'
 export type { TransferOutboxDeps, TransferOutboxOptions, DeliverTransfers } from './outbox.ts'
 export {

@@ -54,19 +54,25 @@ interface InferencePayment {
   completionTokens: number
 }
 
-/** A paid request about to go to a peer, as the router describes it. */
+/** A paid request about to go to peers, as the router describes it, once for all the peers it may try. */
 export interface InferenceChargeRequest {
-  peerID: string
   modelID: string
+  /** The highest price among the peers the request may go to: what is held covers whichever of them answers. */
   pricePer1kTokensMicro: number
   /** The request's `max_tokens`; null when it has none. */
   maxTokens: number | null
 }
 
-/** The credits of one paid request: settled with the peer's reported usage, or released when nothing is owed. */
+/** The peer that answered a paid request, at the price its signed capability record advertised. */
+export interface InferencePayee {
+  peerID: string
+  pricePer1kTokensMicro: number
+}
+
+/** The credits of one paid request: settled with the answering peer's reported usage, or released when nothing is owed. */
 export interface InferenceCharge {
-  /** Pays for the tokens the peer reported (`billableTokens` of its usage). */
-  settle (tokens: number): WalletTransaction | null
+  /** Pays `payee` for the tokens it reported (`billableTokens` of its usage). */
+  settle (payee: InferencePayee, tokens: number): WalletTransaction | null
   release (): void
 }
 
@@ -198,19 +204,21 @@ export class Wallet {
   }
 
   /**
-   * Holds the most a paid request may cost (price × `maxTokens`, or × DEFAULT_HOLD_TOKENS without one) before it
-   * goes out: InsufficientCreditsError (402) when the available balance does not cover it, before any peer works.
-   * `settle` pays `ceil(price × completionTokens / 1000)`, at most the cost of `maxTokens` (a peer is not paid for
-   * tokens it was not asked for) and at most what the balance holds (a request without `maxTokens` may outrun its hold).
+   * Holds the most a paid request may cost (the highest price among the peers it may go to × `maxTokens`, or ×
+   * DEFAULT_HOLD_TOKENS without one) once, before it goes out: InsufficientCreditsError (402) when the available
+   * balance does not cover it, before any peer works. `settle` pays the peer that answered `ceil(its price ×
+   * completionTokens / 1000)`, at most its cost of `maxTokens` (a peer is not paid for tokens it was not asked for) and
+   * at most what the balance holds (a request without `maxTokens` may outrun its hold).
    */
   openInferenceCharge (request: InferenceChargeRequest): InferenceCharge {
-    const { peerID, modelID, pricePer1kTokensMicro: pricePer1kMicro, maxTokens } = request
-    const hold = this.hold(inferenceCostMicro(pricePer1kMicro, maxTokens ?? DEFAULT_HOLD_TOKENS))
-    const capMicro = maxTokens == null ? null : hold.amountMicro
+    const { modelID, pricePer1kTokensMicro, maxTokens } = request
+    const hold = this.hold(inferenceCostMicro(pricePer1kTokensMicro, maxTokens ?? DEFAULT_HOLD_TOKENS))
     return {
-      settle: (tokens) => {
+      settle: (payee, tokens) => {
         hold.release()
-        return this.#pay({ peerID, modelID, pricePer1kMicro, completionTokens: tokens }, { capMicro, upToBalance: true })
+        const pricePer1kMicro = payee.pricePer1kTokensMicro
+        const capMicro = maxTokens == null ? null : inferenceCostMicro(pricePer1kMicro, maxTokens)
+        return this.#pay({ peerID: payee.peerID, modelID, pricePer1kMicro, completionTokens: tokens }, { capMicro, upToBalance: true })
       },
       release: () => { hold.release() }
     }

@@ -7,7 +7,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { AGENT_PROTOCOL, signAgentMessage } from '../../src/agent/index.ts'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { openFrames, writeMessage } from '../../src/wire/index.ts'
-import { createPeerHost, nodeIDToPeerId } from '../../src/network/libp2p-node.ts'
+import { createPeerHost, nodeIDToPeerId } from '../../src/network/host/libp2p-node.ts'
 import { startTestNode, waitFor, type Api, type ApiResponse } from '../support/node.ts'
 
 function assertError (res: ApiResponse, status: number, type: string, param?: string | null): void {

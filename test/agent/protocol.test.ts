@@ -30,7 +30,7 @@ async function responder (t: TestContext): Promise<{ responder: AgentResponder, 
   t.after(() => { db.close() })
   const engine = new LocalEngine({}, { threads: 1 })   // no model: nothing here reaches a generation but the last case
   t.after(() => engine.close())
-  const serving = new ServingPolicy({ engine, sameModel, settings: new SettingsStore({ db }), isPtnMember: () => false, recordDemand: () => undefined, log })
+  const serving = new ServingPolicy({ engine, sameModel, settings: new SettingsStore({ db }), ptn: { memberPtnIDs: () => [] }, peers: { peer: () => null }, recordDemand: () => undefined, log })
   const conversations = new Conversations({ db })
   const agent = new AgentResponder({ identity: node, conversations, serving, profile: () => ({ name: 'node', systemPrompt: '' }), log },
     { maxAnswerTokens: 8, maxHistoryMessages: 8, keepaliveMs: 5_000 })

@@ -1,4 +1,4 @@
-// Adverts (src/network/adverts.ts) as a sync brings them: each one checked against its node's key, except the ones
+// Adverts (src/network/adverts/adverts.ts) as a sync brings them: each one checked against its node's key, except the ones
 // this node holds byte for byte already, which were checked when they were taken (not checking those again is what
 // let 200 nodes start on one machine; bench/README.md). A copy of a held advert with other content under the same
 // signatures is not "held": it is checked, and refused. The gossip side shares `AdvertBook.holds` (advert-gossip.ts).
@@ -9,11 +9,11 @@ import { pino } from 'pino'
 import { z } from 'zod'
 import { UnavailableError } from '../../src/errors.ts'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
-import { AdvertGossip } from '../../src/network/advert-gossip.ts'
-import { AdvertBook, createAdvertsSyncHandler, openAdvert, signAdvert, syncAdverts, type Advert } from '../../src/network/adverts.ts'
-import { signCapabilities } from '../../src/network/capabilities.ts'
-import { createPeerHost } from '../../src/network/libp2p-node.ts'
-import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
+import { AdvertGossip } from '../../src/network/adverts/advert-gossip.ts'
+import { AdvertBook, createAdvertsSyncHandler, openAdvert, signAdvert, syncAdverts, type Advert } from '../../src/network/adverts/adverts.ts'
+import { signCapabilities } from '../../src/network/peers/capabilities.ts'
+import { createPeerHost } from '../../src/network/host/libp2p-node.ts'
+import { nodeIDToPeerId } from '../../src/network/host/peer-ids.ts'
 import { openFrames, readMessage, writeMessage, type PeerStreams } from '../../src/wire/index.ts'
 import { standInRecord } from '../support/stand-in.ts'
 import { waitFor } from '../support/node.ts'

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import type { Connection } from '@libp2p/interface'
-import { duplicateToClose } from '../../src/network/connection-policy.ts'
+import { duplicateToClose } from '../../src/network/peers/connection-policy.ts'
 import type { PeerNetworkOptions } from '../../src/network/index.ts'
 import { startLightNode, type LightNode } from '../support/light-network.ts'
 import { startTestRelay } from '../support/network.ts'

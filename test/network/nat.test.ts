@@ -12,7 +12,7 @@
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
-import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
+import { nodeIDToPeerId } from '../../src/network/host/peer-ids.ts'
 import { addNetns, inNetns, ip, spawnInNetns, startNetnsNode, whyNatUnavailable, type NetnsNode, type NetnsProcess } from '../support/netns.ts'
 import { tempDir, waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'

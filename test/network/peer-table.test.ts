@@ -2,8 +2,8 @@
 // (a version number), never by a heartbeat of our own: a peer's record is fetched once, when it connects.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
-import { handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from '../../src/network/libp2p-node.ts'
+import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities, type CapabilityRecord } from '../../src/network/peers/capabilities.ts'
+import { handleProtocol, nodeIDToPeerId, openStream, peerIdToNodeID } from '../../src/network/host/libp2p-node.ts'
 import { FAST_NETWORK, startTestRelay, startWanNode } from '../support/network.ts'
 import { waitFor } from '../support/node.ts'
 import { directAddrs, standInHost, standInRecord } from '../support/stand-in.ts'

@@ -13,11 +13,11 @@ import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { LocalEngine } from '../../src/inference/index.ts'
 import type { PeerStreams } from '../../src/wire/index.ts'
 import { DemandTracker, sameModel } from '../../src/models/index.ts'
-import { Admission } from '../../src/network/admission.ts'
-import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities } from '../../src/network/capabilities.ts'
-import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, InferFrame, createInferHandler, requestInference, type InferAsk } from '../../src/network/infer.ts'
+import { Admission } from '../../src/network/peers/admission.ts'
+import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities } from '../../src/network/peers/capabilities.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, InferFrame, createInferHandler, requestInference, type InferAsk } from '../../src/remote/infer.ts'
 import { MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH, MAX_LOGIT_BIAS_ENTRIES, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_NAME_CHARS, type InferenceEvent } from '../../src/inference/index.ts'
-import { PeerTable } from '../../src/network/peer-table.ts'
+import { PeerTable } from '../../src/network/peers/peer-table.ts'
 import { ServingPolicy } from '../../src/serving/index.ts'
 import { SettingsStore } from '../../src/settings/index.ts'
 import { openDatabase } from '../../src/store/index.ts'
@@ -40,7 +40,10 @@ async function inferServer (t: TestContext, options: { model?: boolean, member?:
   t.after(() => engine.close())
   if (options.model === true) await engine.load(TINY_MODEL_ID, (await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7, contextLength: 4096 })).path)
   const demand = new DemandTracker()
-  const policy = new ServingPolicy({ engine, sameModel, settings, isPtnMember: () => options.member === true, recordDemand: (modelID) => { demand.record(modelID) }, log })
+  // A member: the peer's certificates proved it a member of a PTN this node is in.
+  const policy = new ServingPolicy({
+    engine, sameModel, settings, ptn: { memberPtnIDs: () => ['ptn-1'] }, peers: { peer: () => ({ ptnIDs: options.member === true ? ['ptn-1'] : [] }) }, recordDemand: (modelID) => { demand.record(modelID) }, log
+  })
   return { handler: createInferHandler({ policy, log }), settings, demand, engine }
 }
 

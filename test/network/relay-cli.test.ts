@@ -43,3 +43,18 @@ test('meshnode relay refuses a bad port', async () => {
     return true
   })
 })
+
+test('a second meshnode relay on a data dir in use refuses to start: one key, one relay', async (t) => {
+  const dataDir = await tempDir(t)
+  const first = await startRelayProcess(t, dataDir)
+  await assert.rejects(run(process.execPath, [CLI, 'relay', '--port', '0', '--data-dir', dataDir]), (err: { code: number, stderr: string }) => {
+    assert.equal(err.code, 1)
+    assert.match(err.stderr, /in use by another running meshnode .*another --data-dir/)
+    return true
+  })
+  assert.equal((await first.stop()).code, 0)
+  // Its lock went with it: the data dir starts a relay again, with the same key.
+  const again = await startRelayProcess(t, dataDir)
+  assert.equal(again.peerId, first.peerId)
+  assert.equal((await again.stop()).code, 0)
+})

@@ -7,9 +7,9 @@
 import assert from 'node:assert/strict'
 import { test, type TestContext } from 'node:test'
 import { setTimeout as delay } from 'node:timers/promises'
-import { ADVERT_PULL_WINDOW_MARGIN_MS } from '../../src/network/advert-gossip.ts'
+import { ADVERT_PULL_WINDOW_MARGIN_MS } from '../../src/network/adverts/advert-gossip.ts'
 import type { PeerNetworkOptions } from '../../src/network/index.ts'
-import { startRelay } from '../../src/network/relay.ts'
+import { startRelay } from '../../src/network/relay/relay.ts'
 import { LightCluster } from '../support/light-cluster.ts'
 import { waitFor } from '../support/node.ts'
 

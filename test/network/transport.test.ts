@@ -6,12 +6,12 @@ import type { PeerId, Stream } from '@libp2p/interface'
 import { pino } from 'pino'
 import { z } from 'zod'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
-import { DIRECTORY_PROTOCOL, listDirectory, registerInDirectory, signDirectoryRecord } from '../../src/network/directory.ts'
+import { DIRECTORY_PROTOCOL, listDirectory, registerInDirectory, signDirectoryRecord } from '../../src/network/relay/directory.ts'
 import { ProtocolError } from '../../src/wire/index.ts'
 import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/wire/index.ts'
-import { createPeerHost, handleProtocol, nodeIDToPeerId, openStream, peerIdFromIdentity, peerIdToNodeID, type PeerHost } from '../../src/network/libp2p-node.ts'
-import { relayMultiaddrFromUrl, startRelay, type RunningRelay } from '../../src/network/relay.ts'
-import { WanClient } from '../../src/network/wan.ts'
+import { createPeerHost, handleProtocol, nodeIDToPeerId, openStream, peerIdFromIdentity, peerIdToNodeID, type PeerHost } from '../../src/network/host/libp2p-node.ts'
+import { relayMultiaddrFromUrl, startRelay, type RunningRelay } from '../../src/network/relay/relay.ts'
+import { WanClient } from '../../src/network/wan/wan.ts'
 
 const log = pino({ level: process.env.MESHNODE_TEST_LOG ?? 'silent' })
 

@@ -1,4 +1,4 @@
-// A connection closed in the very tick a stream is opened on it (src/network/yamux.ts): what identify and
+// A connection closed in the very tick a stream is opened on it (src/network/host/yamux.ts): what identify and
 // ConnectionPolicy do to a duplicate connection, and what made a CI run of relays.test.ts end on an uncaught
 // `StreamStateError: Cannot write to a stream that is closed`. Real hosts, directly and through a real relay.
 import assert from 'node:assert/strict'
@@ -7,9 +7,9 @@ import type { Connection, Stream } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import { pino } from 'pino'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
-import { createPeerHost, handleProtocol, type PeerHost } from '../../src/network/libp2p-node.ts'
-import { relayMultiaddrFromUrl, startRelay } from '../../src/network/relay.ts'
-import { isUnawaitedFrame } from '../../src/network/yamux.ts'
+import { createPeerHost, handleProtocol, type PeerHost } from '../../src/network/host/libp2p-node.ts'
+import { relayMultiaddrFromUrl, startRelay } from '../../src/network/relay/relay.ts'
+import { isUnawaitedFrame } from '../../src/network/host/yamux.ts'
 import { waitFor } from '../support/node.ts'
 
 const log = pino({ level: process.env.MESHNODE_TEST_LOG ?? 'silent' })
@@ -75,7 +75,7 @@ async function openAndAbort (from: PeerHost, to: () => Multiaddr, rounds: number
 }
 
 test('a connection aborted in the tick a stream opens on it throws nothing uncaught, directly or through a relay; the hosts keep serving', { timeout: 120_000 }, async (t) => {
-  // Direct: TCP on loopback. Without the guard in src/network/yamux.ts, each round ends in the uncaught
+  // Direct: TCP on loopback. Without the guard in src/network/host/yamux.ts, each round ends in the uncaught
   // StreamStateError thrown from the microtask yamux queues in `onCreateStream`.
   const a = await startHost(t, { listen: ['/ip4/127.0.0.1/tcp/0'] })
   const b = await startHost(t, { listen: ['/ip4/127.0.0.1/tcp/0'] })

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs'
 import { setTimeout as delay } from 'node:timers/promises'
 import type { PeerNetworkOptions } from '../../src/network/index.ts'
-import { nodeIDToPeerId } from '../../src/network/peer-ids.ts'
+import { nodeIDToPeerId } from '../../src/network/host/peer-ids.ts'
 import { startLightNode, type LightNode } from './light-network.ts'
 
 /** Commands and their answers (see `LightCluster`). */

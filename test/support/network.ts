@@ -4,7 +4,7 @@ import type { TestContext } from 'node:test'
 import { pino } from 'pino'
 import type { NodeConfig } from '../../src/config.ts'
 import { generateSeed } from '../../src/identity/index.ts'
-import { startRelay, type RunningRelay } from '../../src/network/relay.ts'
+import { startRelay, type RunningRelay } from '../../src/network/relay/relay.ts'
 import { startTestNode, waitFor, type TestNode } from './node.ts'
 
 /** Pings, record checks and WAN syncs fast enough for a test to see peers come and go within a second or two. */

@@ -4,8 +4,8 @@ import type { TestContext } from 'node:test'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import { pino } from 'pino'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
-import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, signCapabilities, type CapabilityRecord } from '../../src/network/capabilities.ts'
-import { createPeerHost, handleProtocol, peerIdToNodeID, type PeerHost } from '../../src/network/libp2p-node.ts'
+import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, signCapabilities, type CapabilityRecord } from '../../src/network/peers/capabilities.ts'
+import { createPeerHost, handleProtocol, peerIdToNodeID, type PeerHost } from '../../src/network/host/libp2p-node.ts'
 import type { TestNode } from './node.ts'
 
 const log = pino({ level: 'silent' })

@@ -2,8 +2,8 @@
 // and at no other time. Before, every heartbeat's record update sent it again (and rewrote its row) every 10 s.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { CAPABILITIES_PROTOCOL, pushCapabilities, signCapabilities } from '../../src/network/capabilities.ts'
-import { nodeIDToPeerId, openStream } from '../../src/network/libp2p-node.ts'
+import { CAPABILITIES_PROTOCOL, pushCapabilities, signCapabilities } from '../../src/network/peers/capabilities.ts'
+import { nodeIDToPeerId, openStream } from '../../src/network/host/libp2p-node.ts'
 import { TRANSFER_PROTOCOL } from '../../src/wallet/index.ts'
 import { TransferRequest } from '../../src/wallet/transfer-protocol.ts'
 import { serveRequest } from '../../src/wire/index.ts'

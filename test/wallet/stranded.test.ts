@@ -2,7 +2,7 @@
 // "unreachable: undefined"), listed by GET /v1/app/wallet/pending, and delivered when the payee comes back online.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { nodeIDToPeerId } from '../../src/network/libp2p-node.ts'
+import { nodeIDToPeerId } from '../../src/network/host/libp2p-node.ts'
 import { TRANSFER_PROTOCOL } from '../../src/wallet/index.ts'
 import { TransferRequest } from '../../src/wallet/transfer-protocol.ts'
 import { serveRequest } from '../../src/wire/index.ts'

@@ -29,11 +29,23 @@ export function registerRelay (program: Command): void {
       const tcpPort = options.tcpPort == null ? null : wholeNumber('--tcp-port', options.tcpPort, 0, 65535)
       const { logFormat, logLevel } = logSettings(options)
       // Imported here, not at the top: every other command would pay for loading libp2p.
-      const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity }, { startRelay }] = await Promise.all([
-        import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts'), import('../../network/relay.ts')
+      const [{ loadOrCreateIdentity }, { createLogger }, { peerIdFromIdentity, startRelay }, { lockDataDir, DataDirInUseError }] = await Promise.all([
+        import('../../identity/index.ts'), import('../../log.ts'), import('../../network/index.ts'), import('../../store/index.ts')
       ])
       const log = createLogger(logLevel, undefined, logFormat)
       mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
+      // One relay per data dir: two relays started with the default one would share its key, and nodes, which tell
+      // peers apart by key, would take them for one relay (each node reaching one of them only).
+      let unlock: () => void
+      try {
+        unlock = lockDataDir(options.dataDir)
+      } catch (err) {
+        if (!(err instanceof DataDirInUseError)) throw err
+        process.stderr.write(`meshnode: the relay data dir ${options.dataDir} is in use by another running meshnode (PID ${err.pid}); each relay needs a data dir, and a key, of its own: start this one with another --data-dir.\n`)
+        process.exitCode = 1
+        return
+      }
+      process.on('exit', unlock)
       // The relay's own key, in its own data dir: a node's key must never double as a relay's.
       const identity = loadOrCreateIdentity(options.dataDir)
       // Signals are handled from here on: one that arrives while the relay starts stops it as soon as it has started

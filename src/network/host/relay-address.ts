@@ -3,7 +3,7 @@ import { isIP } from 'node:net'
 import type { PeerId } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
-import { InvalidInputError } from '../errors.ts'
+import { InvalidInputError } from '../../errors.ts'
 
 /**
  * The multiaddr to dial for a `wan_relay_url`: `ws://host:port`, `wss://host:port`, or a multiaddr.

@@ -6,8 +6,8 @@ import { isPeerId, type Connection, type Ed25519PrivateKey, type PeerId, type St
 import { peerIdFromPrivateKey, peerIdFromPublicKey } from '@libp2p/peer-id'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
-import { nodeIDFromPublicKey, parseNodeID, type NodeID, type NodeIdentity } from '../identity/index.ts'
-import { ProtocolError } from '../wire/index.ts'
+import { nodeIDFromPublicKey, parseNodeID, type NodeID, type NodeIdentity } from '../../identity/index.ts'
+import { ProtocolError } from '../../wire/index.ts'
 
 /** Where a node listens by default: loopback TCP and WebSocket on free ports. */
 export const DEFAULT_LISTEN = ['/ip4/127.0.0.1/tcp/0', '/ip4/127.0.0.1/tcp/0/ws']

@@ -1,11 +1,11 @@
-import type { PeerId, Stream, StreamHandler } from '@libp2p/interface'
+import { isPeerId, type Connection, type PeerId, type Stream, type StreamHandler } from '@libp2p/interface'
 import { multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
 import { z } from 'zod'
-import { NodeID, type NodeIdentity } from '../identity/index.ts'
-import { ProtocolError, SignedEnvelope, openEnvelope, requestOnStream, serveRequest, signEnvelope } from '../wire/index.ts'
-import { openStream, peerIdToNodeID } from './peer-ids.ts'
+import { NodeID, type NodeIdentity } from '../../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, requestOnStream, serveRequest, signEnvelope } from '../../wire/index.ts'
+import { openStream, peerIdToNodeID } from '../host/peer-ids.ts'
 
 // The relay's rendezvous: a node registers a record of where it can be reached, signed by its node key, and lists
 // the records of the others. The relay is not trusted: every record is checked by whoever reads it.
@@ -175,8 +175,16 @@ export async function handleDirectory (host: Libp2p, deps: { directory: RelayDir
   await host.handle(DIRECTORY_PROTOCOL, createDirectoryHandler(deps), { maxInboundStreams: MAX_INBOUND_DIRECTORY_STREAMS, runOnLimitedConnection: true })
 }
 
-async function ask (host: Libp2p, relay: PeerId, request: DirectoryRequest, options: { signal?: AbortSignal }): Promise<DirectoryResponse> {
-  const stream: Stream = await openStream(host, relay, DIRECTORY_PROTOCOL, options)
+/**
+ * The relay asked: a peer id (any connection to it), or the connection a client opened at the relay's own address.
+ * Two relays that share a key are one peer to libp2p, so only the connection says which relay's directory is asked.
+ */
+export type DirectoryServer = PeerId | Connection
+
+async function ask (host: Libp2p, relay: DirectoryServer, request: DirectoryRequest, options: { signal?: AbortSignal }): Promise<DirectoryResponse> {
+  const stream: Stream = isPeerId(relay)
+    ? await openStream(host, relay, DIRECTORY_PROTOCOL, options)
+    : await relay.newStream(DIRECTORY_PROTOCOL, { signal: options.signal, runOnLimitedConnection: true })
   const response = await requestOnStream(stream, request, DirectoryResponse, {
     signal: options.signal, timeoutMs: DIRECTORY_READ_TIMEOUT_MS, maxRequestBytes: MAX_DIRECTORY_REQUEST_BYTES, maxAnswerBytes: MAX_DIRECTORY_RESPONSE_BYTES
   })
@@ -185,7 +193,7 @@ async function ask (host: Libp2p, relay: PeerId, request: DirectoryRequest, opti
 }
 
 /** Registers (or renews) this node's record at the relay; throws `ProtocolError` `refused` with the relay's reason. */
-export async function registerInDirectory (host: Libp2p, relay: PeerId, envelope: SignedEnvelope<DirectoryRecord>, options: { signal?: AbortSignal } = {}): Promise<{ ttlMs: number }> {
+export async function registerInDirectory (host: Libp2p, relay: DirectoryServer, envelope: SignedEnvelope<DirectoryRecord>, options: { signal?: AbortSignal } = {}): Promise<{ ttlMs: number }> {
   const response = await ask(host, relay, { type: 'register', record: envelope }, options)
   if (response.type !== 'registered') throw new ProtocolError(`Expected "registered", got "${response.type}"`, 'invalid')
   return { ttlMs: response.ttlMs }
@@ -202,7 +210,7 @@ export interface DirectoryListing {
  * Lists the records registered at the relay (all, or `limit` picked at random), each verified here: the relay is not
  * trusted to vouch for them.
  */
-export async function listDirectory (host: Libp2p, relay: PeerId, options: { signal?: AbortSignal, limit?: number } = {}): Promise<DirectoryListing> {
+export async function listDirectory (host: Libp2p, relay: DirectoryServer, options: { signal?: AbortSignal, limit?: number } = {}): Promise<DirectoryListing> {
   const request: DirectoryRequest = options.limit == null ? { type: 'list' } : { type: 'list', limit: Math.min(Math.max(1, Math.floor(options.limit)), MAX_DIRECTORY_ENTRIES) }
   const response = await ask(host, relay, request, options)
   if (response.type !== 'peers') throw new ProtocolError(`Expected "peers", got "${response.type}"`, 'invalid')

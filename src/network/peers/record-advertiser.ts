@@ -1,9 +1,8 @@
 import type { Logger } from 'pino'
-import type { NodeIdentity } from '../identity/index.ts'
-import type { HardwareInfo } from '../system/hardware.ts'
-import { backoffDelayMs, canonicalJson, type SignedEnvelope } from '../wire/index.ts'
-import { MAX_DEMAND_ENTRIES } from '../models/index.ts'
-import { MAX_ADVERTISED_CERTIFICATES, MAX_ADVERTISED_MODELS, signCapabilities, type CapabilityRecord } from './capabilities.ts'
+import type { NodeIdentity } from '../../identity/index.ts'
+import type { HardwareInfo } from '../../system/hardware.ts'
+import { backoffDelayMs, canonicalJson, type SignedEnvelope } from '../../wire/index.ts'
+import { MAX_ADVERTISED_CERTIFICATES, MAX_ADVERTISED_DEMAND, MAX_ADVERTISED_MODELS, signCapabilities, type CapabilityRecord } from './capabilities.ts'
 
 /** The parts of the record other domains supply: each is the business of the domain that owns it. */
 export type RecordParts = Pick<CapabilityRecord, 'models' | 'capacity' | 'pricePer1kTokensMicro' | 'ptnCertificates' | 'agent' | 'demand'>
@@ -190,7 +189,7 @@ export class RecordAdvertiser {
         downloaded: parts.models.downloaded.slice(0, MAX_ADVERTISED_MODELS)
       },
       ptnCertificates: parts.ptnCertificates.slice(0, MAX_ADVERTISED_CERTIFICATES),
-      demand: parts.demand.slice(0, MAX_DEMAND_ENTRIES)
+      demand: parts.demand.slice(0, MAX_ADVERTISED_DEMAND)
     }
   }
 }

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events'
 import type { Connection, Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
-import { backoffDelayMs, isHostile } from '../wire/index.ts'
+import { backoffDelayMs, isHostile } from '../../wire/index.ts'
 import type { Admission, PeerType } from './admission.ts'
 import { CAPABILITIES_PROTOCOL, fetchCapabilities, type CapabilityRecord } from './capabilities.ts'
 

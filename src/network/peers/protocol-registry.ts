@@ -1,9 +1,9 @@
 import type { Connection, Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
-import { ProtocolError } from '../wire/index.ts'
+import { ProtocolError } from '../../wire/index.ts'
 import type { Admission } from './admission.ts'
-import type { PeerHost } from './libp2p-node.ts'
-import { handleProtocol, peerIdToNodeID } from './peer-ids.ts'
+import type { PeerHost } from '../host/libp2p-node.ts'
+import { handleProtocol, peerIdToNodeID } from '../host/peer-ids.ts'
 
 export interface HandleOptions {
   /** Streams one peer may have open at once on this protocol. */

@@ -1,10 +1,10 @@
 import type { Connection, PeerId } from '@libp2p/interface'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { Logger } from 'pino'
-import { ADVERTS_SYNC_PROTOCOL } from './adverts.ts'
+import { ADVERTS_SYNC_PROTOCOL } from '../adverts/adverts.ts'
 import { CAPABILITIES_PROTOCOL } from './capabilities.ts'
-import type { PeerHost } from './libp2p-node.ts'
-import { nodeIDToPeerId } from './peer-ids.ts'
+import type { PeerHost } from '../host/libp2p-node.ts'
+import { nodeIDToPeerId } from '../host/peer-ids.ts'
 
 /** Connections a node holds at most, by default (libp2p's connection manager enforces it). */
 export const DEFAULT_MAX_CONNECTIONS = 50
@@ -69,7 +69,8 @@ export class ConnectionPolicy {
 
   /**
    * Every new connection: a second one to a peer already connected the same way (both direct, or both relayed) is
-   * closed at once, the same one on both sides (see `duplicateToClose`); and over the limit, the least valued idle
+   * closed at once, the same one on both sides (see `duplicateToClose`), unless this node dialed both at two addresses
+   * (`dialedApart`); and over the limit, the least valued idle
    * peer is hung up on at once (every connection to it: gossipsub keeps one stream per peer, on one connection, and
    * does not move it when that connection closes while another stays). libp2p's own limit is set one above ours
    * (`hostMaxConnections`), so that a node at the limit still lets a newcomer in, and this is what holds ours.
@@ -82,7 +83,7 @@ export class ConnectionPolicy {
     // its dialer once the nonce is answered. Closing it as a duplicate would fail the dial-back, or close the connection
     // the peer was already on (a node's relay connection, with its reservation); nor is it a peer to make room for.
     if (host.services.reachability.isDialBack(opened)) return
-    const twin = host.getConnections(opened.remotePeer).find(connection => connection !== opened && connection.status === 'open' && connection.direct === opened.direct)
+    const twin = host.getConnections(opened.remotePeer).find(connection => connection !== opened && connection.status === 'open' && connection.direct === opened.direct && !dialedApart(opened, connection))
     if (twin != null) {
       this.#close(duplicateToClose(host.peerId.toString(), opened, twin), 'a second connection to the same peer')
       return
@@ -211,6 +212,16 @@ export function duplicateToClose (self: string, opened: Connection, twin: Connec
   const [a, b] = [dialer(opened), dialer(twin)]
   if (a === b) return opened
   return a > b ? opened : twin
+}
+
+/**
+ * Two connections this node dialed to one peer at two addresses: dials of bare addresses (a relay's URL names no peer
+ * id), each made on purpose by its dialer, which owns it. libp2p joins every other dial to a peer it knows, and closes
+ * a second connection at the same address itself. Two relay URLs answer with one peer id when two relays share a key:
+ * each URL's client must reach its own relay's directory, or nodes that reached one of them never see the others.
+ */
+function dialedApart (a: Connection, b: Connection): boolean {
+  return a.direction === 'outbound' && b.direction === 'outbound' && !a.remoteAddr.equals(b.remoteAddr)
 }
 
 /** A connection carrying one of our protocols' streams now (a request, a transfer), upkeep aside: not closed to make room. */

@@ -1,10 +1,10 @@
 import { EventEmitter } from 'node:events'
 import { z } from 'zod'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError, SignedEnvelope, openEnvelope, type PeerStreams, requestPeer, serveRequest } from '../wire/index.ts'
-import { MAX_CAPABILITIES_RECORD_BYTES, openCapabilities, type CapabilityRecord } from './capabilities.ts'
-import { DIRECTORY_PROTOCOL, DirectoryRecord, MAX_CLOCK_SKEW_MS, signDirectoryRecord } from './directory.ts'
-import type { PeerStreamHandler } from './protocol-registry.ts'
+import type { NodeIdentity } from '../../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, type PeerStreams, requestPeer, serveRequest } from '../../wire/index.ts'
+import { MAX_CAPABILITIES_RECORD_BYTES, openCapabilities, type CapabilityRecord } from '../peers/capabilities.ts'
+import { DIRECTORY_PROTOCOL, DirectoryRecord, MAX_CLOCK_SKEW_MS, signDirectoryRecord } from '../relay/directory.ts'
+import type { PeerStreamHandler } from '../peers/protocol-registry.ts'
 
 // Adverts: what a node serves, spread by gossip so that every node knows every other one's record without
 // being connected to it, and asked of a peer once when a node joins. An advert is the node's signed capability record

@@ -1,12 +1,12 @@
 import type { PeerInfo as Libp2pPeerInfo } from '@libp2p/interface'
 import type { Logger } from 'pino'
-import type { NodeID } from '../identity/index.ts'
-import { ProtocolError } from '../wire/index.ts'
-import type { Admission } from './admission.ts'
+import type { NodeID } from '../../identity/index.ts'
+import { ProtocolError } from '../../wire/index.ts'
+import type { Admission } from '../peers/admission.ts'
 import { CLUSTER_PROTOCOL, MAX_INBOUND_CLUSTER_STREAMS, createClusterHandler, deriveClusterKey, joinCluster } from './cluster.ts'
-import type { PeerHost } from './libp2p-node.ts'
-import { peerIdToNodeID } from './peer-ids.ts'
-import type { ProtocolRegistry } from './protocol-registry.ts'
+import type { PeerHost } from '../host/libp2p-node.ts'
+import { peerIdToNodeID } from '../host/peer-ids.ts'
+import type { ProtocolRegistry } from '../peers/protocol-registry.ts'
 
 export interface LanClusterDeps {
   self: NodeID

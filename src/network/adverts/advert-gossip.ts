@@ -1,10 +1,10 @@
 import type { Message, TopicValidatorResult } from '@libp2p/gossipsub'
 import type { Logger } from 'pino'
-import type { NodeIdentity } from '../identity/index.ts'
-import { ProtocolError, isHostile, type PeerStreams, type SignedEnvelope } from '../wire/index.ts'
+import type { NodeIdentity } from '../../identity/index.ts'
+import { ProtocolError, isHostile, type PeerStreams, type SignedEnvelope } from '../../wire/index.ts'
 import { ADVERTS_TOPIC, Advert, type AdvertBook, DEFAULT_ADVERT_REFRESH_MS, MAX_ADVERT_BYTES, openAdvert, signAdvert, syncAdverts } from './adverts.ts'
-import type { CapabilityRecord } from './capabilities.ts'
-import type { PeerHost } from './libp2p-node.ts'
+import type { CapabilityRecord } from '../peers/capabilities.ts'
+import type { PeerHost } from '../host/libp2p-node.ts'
 
 /**
  * gossipsub's verdicts, by value (its TopicValidatorResult enum): a value import of @libp2p/gossipsub would load the

@@ -1,8 +1,8 @@
 import { EventEmitter } from 'node:events'
 import type { PeerId } from '@libp2p/interface'
 import type { Logger } from 'pino'
-import type { NodeID } from '../identity/index.ts'
-import { isHostile } from '../wire/index.ts'
+import type { NodeID } from '../../identity/index.ts'
+import { isHostile } from '../../wire/index.ts'
 
 /** How a peer reached us: found by mDNS and admitted to the LAN cluster, or met through the WAN relay. */
 export type PeerType = 'lan' | 'wan'

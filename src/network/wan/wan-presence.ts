@@ -1,9 +1,9 @@
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { Logger } from 'pino'
-import type { NodeIdentity } from '../identity/index.ts'
-import type { Admission } from './admission.ts'
-import type { PeerHost } from './libp2p-node.ts'
-import { peerIdToNodeID } from './peer-ids.ts'
+import type { NodeIdentity } from '../../identity/index.ts'
+import type { Admission } from '../peers/admission.ts'
+import type { PeerHost } from '../host/libp2p-node.ts'
+import { peerIdToNodeID } from '../host/peer-ids.ts'
 import { WanClient, type WanClientOptions } from './wan.ts'
 
 /** Relays a node holds a reservation on, and keeps a client for (more when more are configured): losing one leaves one. */
@@ -139,6 +139,12 @@ export class WanPresence {
       this.#deps.discovered(nodeID)
     })
     client.on('relay:connected', (relayPeer) => {
+      const twin = [...this.#clients.entries()].find(([other, { client: c }]) => other !== url && c.relayPeerId?.toString() === relayPeer)
+      if (twin != null) {
+        // Each client still uses its own relay's directory, but libp2p holds one reservation per peer id: nodes that
+        // cannot be dialed directly are reached through one of the two only.
+        this.#deps.log.warn({ relays: [twin[0], url], peerId: relayPeer }, 'two relays answer with one key (a relay data dir copied, or one relay named twice): peers cannot tell them apart; give each relay its own --data-dir')
+      }
       const nodeID = nodeIDOfPeer(relayPeer)
       if (nodeID != null) {
         this.#relayIDs.add(nodeID)

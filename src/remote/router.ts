@@ -5,8 +5,7 @@ import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedGener
 import { billableTokens, type InferenceCharge, type InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
 import { RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
-import type { PeerInfo } from './peer-table.ts'
-import { loadedModelsOf } from './capabilities.ts'
+import { loadedModelsOf, type PeerInfo } from '../network/index.ts'
 
 /** What the router uses of the peer network (`PeerNetwork` has it). */
 export interface RouterNetwork extends PeerStreams {
@@ -14,8 +13,10 @@ export interface RouterNetwork extends PeerStreams {
 }
 
 /**
- * Pays peers for what they generate (the wallet's `openInferenceCharge`). `open` is called before the request goes
- * out and may throw (InsufficientCreditsError: the request fails with 402 before any peer works on it).
+ * Pays peers for what they generate (the wallet's `openInferenceCharge`). `open` is called once per request, before
+ * it goes out to any peer, with the price of the best peer (the one asked first), and may throw
+ * (InsufficientCreditsError: the request fails with 402 before any peer works on it); the charge is settled with the
+ * peer that answered, at its own price, up to what the balance holds.
  */
 export interface InferenceBilling {
   open (request: InferenceChargeRequest): InferenceCharge
@@ -109,41 +110,45 @@ export class PeerRouter implements ChatRouter {
     const failures: string[] = []
     let lastError: unknown = null
     let allBusy = true
-    for (const peer of candidates) {
-      options.signal?.throwIfAborted()
-      attempt.servedBy = `peer:${peer.nodeID}`
-      let started = false
-      const charge = this.#deps.billing?.open({
-        peerID: peer.nodeID,
-        modelID: request.modelID,
-        pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro,
-        maxTokens: request.kind === 'embeddings' ? null : request.maxTokens ?? null
-      })
-      let settled = false
-      try {
-        for await (const event of this.#ask(peer, request, options)) {
-          started = true
-          if (event.type === 'done') {
-            charge?.settle(billableTokens(request.kind, event.usage))
-            settled = true
+    // Billed once for the request, whichever peer answers: what it costs at the best peer is held before any peer is
+    // asked. A dearer fallback is paid at its own price up to the balance: a requester who can afford the best peer is
+    // never refused for a fallback it may not need.
+    const charge = this.#deps.billing?.open({
+      modelID: request.modelID,
+      pricePer1kTokensMicro: candidates[0]?.record.pricePer1kTokensMicro ?? 0,
+      maxTokens: request.kind === 'embeddings' ? null : request.maxTokens ?? null
+    })
+    let settled = false
+    try {
+      for (const peer of candidates) {
+        options.signal?.throwIfAborted()
+        attempt.servedBy = `peer:${peer.nodeID}`
+        let started = false
+        try {
+          for await (const event of this.#ask(peer, request, options)) {
+            started = true
+            if (event.type === 'done') {
+              charge?.settle({ peerID: peer.nodeID, pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro }, billableTokens(request.kind, event.usage))
+              settled = true
+            }
+            yield event
           }
-          yield event
+          return
+        } catch (err) {
+          if (options.signal?.aborted === true) throw options.signal.reason
+          if (started) {
+            this.#deps.log.warn({ err, nodeID: peer.nodeID, modelID: request.modelID }, 'peer failed mid-answer')
+            throw new UnavailableError(`Peer ${peer.nodeID} failed while answering: ${(err as Error).message}`, { cause: err })
+          }
+          if (err instanceof RemoteInferenceError && err.kind === 'invalid') throw new InvalidInputError(err.message, err.param)
+          this.#deps.log.info({ nodeID: peer.nodeID, modelID: request.modelID, reason: (err as Error).message }, 'peer did not answer; trying the next')
+          failures.push(`${peer.nodeID.slice(0, 16)}: ${(err as Error).message}`)
+          lastError = err
+          if (!(err instanceof RemoteInferenceError && err.kind === 'busy')) allBusy = false
         }
-        return
-      } catch (err) {
-        if (options.signal?.aborted === true) throw options.signal.reason
-        if (started) {
-          this.#deps.log.warn({ err, nodeID: peer.nodeID, modelID: request.modelID }, 'peer failed mid-answer')
-          throw new UnavailableError(`Peer ${peer.nodeID} failed while answering: ${(err as Error).message}`, { cause: err })
-        }
-        if (err instanceof RemoteInferenceError && err.kind === 'invalid') throw new InvalidInputError(err.message, err.param)
-        this.#deps.log.info({ nodeID: peer.nodeID, modelID: request.modelID, reason: (err as Error).message }, 'peer did not answer; trying the next')
-        failures.push(`${peer.nodeID.slice(0, 16)}: ${(err as Error).message}`)
-        lastError = err
-        if (!(err instanceof RemoteInferenceError && err.kind === 'busy')) allBusy = false
-      } finally {
-        if (!settled) charge?.release()
       }
+    } finally {
+      if (!settled) charge?.release()
     }
     if (allBusy && lastError instanceof RemoteInferenceError) {
       throw new BusyError(`Every peer serving ${request.modelID} is busy: ${failures.join('; ')}`, lastError.retryAfterSeconds ?? 1)

@@ -4,7 +4,7 @@ import {
   MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS, type InferenceRequest
 } from '../inference/index.ts'
 import { ProtocolError } from '../wire/index.ts'
-import { ModelIDString } from './capabilities.ts'
+import { ModelIDString } from '../network/index.ts'
 
 // The infer protocol's messages. Every limit is the inference domain's own (src/inference): a peer's request that
 // breaks one is refused by the schema before any work, exactly as the HTTP API refuses it.

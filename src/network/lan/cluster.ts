@@ -2,8 +2,8 @@ import { createHmac, randomBytes, scrypt, timingSafeEqual } from 'node:crypto'
 import type { PeerId, Stream } from '@libp2p/interface'
 import type { Libp2p } from 'libp2p'
 import { z } from 'zod'
-import { ProtocolError, openFrames, readMessage, writeMessage } from '../wire/index.ts'
-import { openStream } from './peer-ids.ts'
+import { ProtocolError, openFrames, readMessage, writeMessage } from '../../wire/index.ts'
+import { openStream } from '../host/peer-ids.ts'
 
 // LAN cluster admission (the `cluster_passcode` setting): two nodes found by mDNS prove to each other that they know
 // the same passcode, by challenge and response over fresh nonces and both peer ids. Neither the passcode nor anything

@@ -3,7 +3,7 @@
 // infer protocol's 1.0.0 (plain chats, as nodes before 1.1.0 do) exactly up to its first delta, then resets the stream.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
-import { INFER_PROTOCOL_CHAT, InferRequest } from '../../src/network/infer.ts'
+import { INFER_PROTOCOL_CHAT, InferRequest } from '../../src/remote/infer.ts'
 import { readRequest, writeMessage } from '../../src/wire/index.ts'
 import { collectSse } from '../support/chat-node.ts'
 import { startTestRelay, startWanNode } from '../support/network.ts'

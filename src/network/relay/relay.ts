@@ -10,13 +10,13 @@ import { webSockets } from '@libp2p/websockets'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
-import { InvalidInputError } from '../errors.ts'
-import { generateSeed, identityFromSeed } from '../identity/index.ts'
+import { InvalidInputError } from '../../errors.ts'
+import { generateSeed, identityFromSeed } from '../../identity/index.ts'
 import { RelayDirectory, handleDirectory } from './directory.ts'
-import { CONNECTION_PING_INTERVAL_MS } from './libp2p-node.ts'
-import { peerIdToNodeID, privateKeyFromIdentity } from './peer-ids.ts'
-import { ReachabilityMonitor } from './reachability.ts'
-import { yamux } from './yamux.ts'
+import { CONNECTION_PING_INTERVAL_MS } from '../host/libp2p-node.ts'
+import { peerIdToNodeID, privateKeyFromIdentity } from '../host/peer-ids.ts'
+import { ReachabilityMonitor } from '../host/reachability.ts'
+import { yamux } from '../host/yamux.ts'
 
 /**
  * Limits on each relayed connection. libp2p's defaults (128 KiB, 2 min) exist for hole punching only and would cut a
@@ -151,4 +151,4 @@ function ipProtocol (host: string): 'ip4' | 'ip6' {
   throw new InvalidInputError(`Relay host must be an IP address, got ${JSON.stringify(host)}`, 'host')
 }
 
-export { relayMultiaddrFromUrl, lastPeerId } from './relay-address.ts'
+export { relayMultiaddrFromUrl, lastPeerId } from '../host/relay-address.ts'

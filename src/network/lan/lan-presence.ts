@@ -5,7 +5,7 @@ import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 /** Our own mDNS service name: meshnode nodes find each other and nothing else on the LAN. */
 export const MDNS_SERVICE_TAG = '_meshnode._udp.local'
 /** Listened on while the LAN cluster is on: every interface, a free port (mDNS tells peers which). */
-export { DEFAULT_LAN_LISTEN } from './peer-ids.ts'
+export { DEFAULT_LAN_LISTEN } from '../host/peer-ids.ts'
 
 // The parts of libp2p's internal components this service uses, named structurally: libp2p passes every component to
 // every service factory, and `@libp2p/interface-internal` is not one of our dependencies.

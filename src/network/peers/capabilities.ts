@@ -1,8 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import { z } from 'zod'
-import { NodeID, type NodeIdentity } from '../identity/index.ts'
-import { MAX_DEMAND_ENTRIES } from '../models/index.ts'
-import { ProtocolError, SignedEnvelope, openEnvelope, readRequest, requestOnStream, writeMessage, signEnvelope } from '../wire/index.ts'
+import { NodeID, type NodeIdentity } from '../../identity/index.ts'
+import { ProtocolError, SignedEnvelope, openEnvelope, readRequest, requestOnStream, writeMessage, signEnvelope } from '../../wire/index.ts'
 
 // What a node offers its peers, signed by its node key. A peer fetches it once when it connects (`get`); after that
 // the node pushes it to its peers whenever it changes (`push`), with a version number one higher: nobody re-fetches a
@@ -18,6 +17,8 @@ export const MAX_ADVERTISED_MODELS = 256
 /** What a peer accepts in one record; a node in more PTNs advertises the certificates it uses most. */
 export const MAX_ADVERTISED_CERTIFICATES = 32
 export const MAX_INBOUND_CAPABILITIES_STREAMS = 4
+/** Models asked for and not served that one record lists, the most asked first (what the demand tracker keeps). */
+export const MAX_ADVERTISED_DEMAND = 64
 
 export const ModelIDString = z.string().min(1).max(512)
 
@@ -58,7 +59,7 @@ export const CapabilityRecord = z.object({
   /** The node's agent profile, if it has one; checked by the agent domain. */
   agent: z.record(z.string(), z.json()).nullable(),
   /** Models this node was asked for and could not serve, with how often (for demand-driven models). */
-  demand: z.array(z.object({ modelID: ModelIDString, requests: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER) })).max(MAX_DEMAND_ENTRIES),
+  demand: z.array(z.object({ modelID: ModelIDString, requests: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER) })).max(MAX_ADVERTISED_DEMAND),
   /** Unix ms when the node signed it. */
   timestamp: z.number().int().nonnegative()
 })

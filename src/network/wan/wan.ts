@@ -1,14 +1,14 @@
 import { EventEmitter } from 'node:events'
 import { setTimeout as delay } from 'node:timers/promises'
-import type { PeerId } from '@libp2p/interface'
+import type { Connection, PeerId } from '@libp2p/interface'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
 import type { Logger } from 'pino'
-import type { NodeIdentity } from '../identity/index.ts'
-import { backoffDelayMs } from '../wire/index.ts'
-import { MAX_DIRECTORY_ENTRIES, advertisedAddrs, listDirectory, registerInDirectory, shuffle, signDirectoryRecord, type DirectoryRecord } from './directory.ts'
-import { nodeIDToPeerId } from './peer-ids.ts'
-import { isCircuit, lastPeerId, relayMultiaddrFromUrl } from './relay-address.ts'
+import type { NodeIdentity } from '../../identity/index.ts'
+import { backoffDelayMs } from '../../wire/index.ts'
+import { MAX_DIRECTORY_ENTRIES, advertisedAddrs, listDirectory, registerInDirectory, shuffle, signDirectoryRecord, type DirectoryRecord } from '../relay/directory.ts'
+import { nodeIDToPeerId } from '../host/peer-ids.ts'
+import { isCircuit, lastPeerId, relayMultiaddrFromUrl } from '../host/relay-address.ts'
 
 /** A listing asked for while this node wants more peers holds at least this many records (2 per peer wanted above). */
 const LISTING_SAMPLE_MIN = 16
@@ -66,7 +66,10 @@ export interface WanClientEvents {
  * WAN presence through a meshnode relay: connect to it (reconnecting with capped exponential backoff), hold a
  * reservation so relayed peers can reach us, keep our signed record in its directory, and connect to the peers it
  * lists, directly first and through the relay otherwise. A restarted relay starts with an empty directory; the
- * fast re-sync after reconnecting fills it again.
+ * fast re-sync after reconnecting fills it again. The client speaks to the relay at its URL over the connection it
+ * opened there, not over any connection to the relay's peer id: two relays that share a key are one peer to libp2p,
+ * and a client that asked whichever of them libp2p picked registered at one directory only, so that nodes which
+ * reached the other never saw each other.
  */
 export class WanClient extends EventEmitter<WanClientEvents> {
   readonly #host: Libp2p
@@ -82,6 +85,8 @@ export class WanClient extends EventEmitter<WanClientEvents> {
   readonly #peers = new Map<string, WanPeer>()
   readonly #dialBudget: () => number
   #relayPeer: PeerId | null = null
+  /** The connection this client opened at `relayAddr`: its directory requests go over it, and it is the relay's presence. */
+  #connection: Connection | null = null
   #relayConnected = false
   #shutdown: AbortController | null = null
   #running: Promise<void> | null = null
@@ -136,6 +141,7 @@ export class WanClient extends EventEmitter<WanClientEvents> {
     try {
       if (relay != null && this.#isConnectedTo(relay)) await this.#host.hangUp(relay, { signal: AbortSignal.timeout(this.#dialTimeoutMs) })
     } finally {
+      this.#connection = null
       this.#relayConnected = false
       this.#peers.clear()
     }
@@ -158,37 +164,40 @@ export class WanClient extends EventEmitter<WanClientEvents> {
         const relay = await this.#connectRelay(signal)
         await this.#waitForReservation(relay, signal)
         let nextSyncMs = this.#fastSyncMs
-        while (!signal.aborted && this.#isConnectedTo(relay)) {
+        while (!signal.aborted && relay.status === 'open') {
           await this.#sync(relay, signal)
           failures = 0
           await this.#nextRound(relay, nextSyncMs, signal)
           nextSyncMs = Math.min(nextSyncMs * 2, this.#syncIntervalMs)
         }
-        if (!signal.aborted) this.#relayGone(relay)
+        if (!signal.aborted) this.#relayGone(relay.remotePeer)
       } catch (err) {
         if (signal.aborted) break
         failures++
         const retryInMs = backoffDelayMs(failures, { minMs: this.#minBackoffMs, maxMs: this.#maxBackoffMs })
         this.#log.warn({ err, retryInMs, relay: this.#relayAddr.toString() }, 'relay unreachable or directory sync failed; retrying')
-        if (this.#relayPeer != null && !this.#isConnectedTo(this.#relayPeer)) this.#relayGone(this.#relayPeer)
+        if (this.#relayPeer != null && this.#connection?.status !== 'open') this.#relayGone(this.#relayPeer)
         await this.#sleep(retryInMs, signal)
       }
     }
   }
 
-  async #connectRelay (signal: AbortSignal): Promise<PeerId> {
-    if (this.#relayPeer != null && this.#isConnectedTo(this.#relayPeer)) {
-      this.#relayUp(this.#relayPeer)
-      return this.#relayPeer
+  async #connectRelay (signal: AbortSignal): Promise<Connection> {
+    if (this.#connection?.status === 'open') {
+      this.#relayUp(this.#connection.remotePeer)
+      return this.#connection
     }
-    const connection = await this.#host.dial(this.#relayAddr, { signal: AbortSignal.any([signal, AbortSignal.timeout(this.#dialTimeoutMs)]) })
+    // `force`: a connection at this address, even when one to the same peer id is open at another (a URL naming the
+    // relay's peer id would otherwise be answered with that one, at whichever relay it goes to).
+    const connection = await this.#host.dial(this.#relayAddr, { signal: AbortSignal.any([signal, AbortSignal.timeout(this.#dialTimeoutMs)]), force: true })
     const relay = connection.remotePeer
     if (this.#relayPeer != null && !this.#relayPeer.equals(relay)) {
       this.#log.warn({ previous: this.#relayPeer.toString(), current: relay.toString() }, 'relay answers with a new peer id')
     }
+    this.#connection = connection
     this.#relayPeer = relay
     this.#relayUp(relay)
-    return relay
+    return connection
   }
 
   #relayUp (relay: PeerId): void {
@@ -220,31 +229,31 @@ export class WanClient extends EventEmitter<WanClientEvents> {
    * second and skips it when an address it knew before, such as the same circuit address after a relay restart,
    * comes back.)
    */
-  async #waitForReservation (relay: PeerId, signal: AbortSignal): Promise<void> {
+  async #waitForReservation (relay: Connection, signal: AbortSignal): Promise<void> {
     const deadline = AbortSignal.any([signal, AbortSignal.timeout(this.#reservationTimeoutMs)])
-    while (!this.#hasReservation(relay) && this.#isConnectedTo(relay)) {
+    while (!this.#hasReservation(relay.remotePeer) && relay.status === 'open') {
       if (deadline.aborted) {
         signal.throwIfAborted()
         // Registering direct addresses still lets dialable peers find us; the record is renewed when addresses change.
-        this.#log.warn({ relay: relay.toString() }, 'no relay reservation yet; registering direct addresses only')
+        this.#log.warn({ relay: relay.remotePeer.toString() }, 'no relay reservation yet; registering direct addresses only')
         return
       }
-      await this.#wake(['transport:listening', 'peer:disconnect'], deadline, relay)
+      await this.#wake(['transport:listening', 'connection:close'], deadline, relay)
     }
   }
 
   /** Waits for the next sync: its interval, a change of our addresses (a new reservation), or the relay leaving. */
-  async #nextRound (relay: PeerId, ms: number, signal: AbortSignal): Promise<void> {
+  async #nextRound (relay: Connection, ms: number, signal: AbortSignal): Promise<void> {
     const timer = AbortSignal.timeout(ms)
-    await this.#wake(['transport:listening', 'self:peer:update', 'peer:disconnect'], AbortSignal.any([signal, timer]), relay)
+    await this.#wake(['transport:listening', 'self:peer:update', 'connection:close'], AbortSignal.any([signal, timer]), relay)
   }
 
-  /** Resolves when the host emits one of `events` (a `peer:disconnect` only for `peer`, if given) or `until` aborts. */
-  async #wake (events: Array<'transport:listening' | 'self:peer:update' | 'peer:disconnect'>, until: AbortSignal, peer?: PeerId): Promise<void> {
-    if (until.aborted) return
+  /** Resolves when the host emits one of `events` (a `connection:close` only of `relay`) or `until` aborts. */
+  async #wake (events: Array<'transport:listening' | 'self:peer:update' | 'connection:close'>, until: AbortSignal, relay: Connection): Promise<void> {
+    if (until.aborted || relay.status !== 'open') return
     const { promise, resolve } = Promise.withResolvers<void>()
     const onEvent = (evt: Event): void => {
-      if (evt.type === 'peer:disconnect' && peer != null && !(evt as CustomEvent<PeerId>).detail.equals(peer)) return
+      if (evt.type === 'connection:close' && (evt as CustomEvent<Connection>).detail !== relay) return
       resolve()
     }
     for (const type of events) this.#host.addEventListener(type, onEvent)
@@ -264,7 +273,7 @@ export class WanClient extends EventEmitter<WanClientEvents> {
     }
   }
 
-  async #sync (relay: PeerId, signal: AbortSignal): Promise<void> {
+  async #sync (relay: Connection, signal: AbortSignal): Promise<void> {
     await registerInDirectory(this.#host, relay, signDirectoryRecord(this.#identity, advertisedAddrs(this.#host)), { signal })
     // The listing is for finding nodes to dial: none while this node has the peers it wants (the others are known by
     // their adverts), and then a random sample a few times the number wanted, not the whole directory, so that a
@@ -275,7 +284,7 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       return
     }
     const listing = await listDirectory(this.#host, relay, { signal, limit: Math.min(MAX_DIRECTORY_ENTRIES, Math.max(LISTING_SAMPLE_MIN, 2 * budget)) })
-    if (listing.rejected > 0) this.#log.warn({ relay: relay.toString(), rejected: listing.rejected }, 'relay listed records that do not verify')
+    if (listing.rejected > 0) this.#log.warn({ relay: relay.remotePeer.toString(), rejected: listing.rejected }, 'relay listed records that do not verify')
     const listed = listing.records.filter(record => record.nodeID !== this.#identity.nodeID)
     const peerIds = new Map(listed.map(record => [record.nodeID, nodeIDToPeerId(record.nodeID)]))
     // A bounded number of random listed nodes, not all of them: the rest are reachable on demand by their addresses.

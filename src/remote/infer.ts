@@ -8,7 +8,7 @@ import {
   AnswerCheck, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
   needsInfer11, needsInfer12, type InferErrorKind
 } from './infer-wire.ts'
-import type { RemotePeer } from './protocol-registry.ts'
+import type { RemotePeer } from '../network/index.ts'
 
 export {
   INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, INFER_ERROR_KINDS, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
