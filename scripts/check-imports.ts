@@ -1,9 +1,8 @@
 // Two rules of the codebase's shape that a linter does not see, checked over every import (`import type` included,
 // since a type-level cycle ties two parts together as firmly for a reader): no import cycle, in src/ or in the
 // dashboard; and a domain (a folder of src/ with an index.ts) is imported by anything outside it only through that
-// index.ts. `npm run lint:imports` runs it: it prints each violation and exits 1 when there is any. It is not yet part
-// of `npm run lint`: the cycles it finds (the models' records and loader; the dashboard's app and pages) are to be
-// untied first.
+// index.ts. `npm run lint` runs it after eslint (alone: `npm run lint:imports`): it prints each violation and exits 1
+// when there is any.
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 

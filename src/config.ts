@@ -7,8 +7,7 @@ import type { PeerNetworkOptions } from './network/index.ts'
 import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
-import type { GpuChoice } from './inference/gpu.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention } from './inference/index.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention, type GpuChoice } from './inference/index.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'

@@ -16,12 +16,8 @@ import { PtnPage } from './pages/ptn.tsx'
 import { SettingsPage } from './pages/settings.tsx'
 import { SignInPage } from './pages/sign-in.tsx'
 import { WalletPage } from './pages/wallet.tsx'
+import type { PageProps } from './page.ts'
 
-export interface PageProps {
-  snapshot: AppSnapshot
-  /** Reads the snapshot again (after an action that changes it). */
-  refresh: () => void
-}
 
 const PAGES: Array<{ id: string, title: MessageKey, Page: (props: PageProps) => JSX.Element }> = [
   { id: 'overview', title: 'nav.overview', Page: OverviewPage },

@@ -2,7 +2,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, t
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { CorruptStateError } from '../errors.ts'
-import { writeFileAtomic } from '../store/files.ts'
+import { writeFileAtomic } from '../store/index.ts'
 import { HEX_32_BYTES, nodeIDFromPublicKey, type NodeID } from './node-id.ts'
 
 /** The node's one Ed25519 key: its nodeID, its libp2p peer id and its Solana address all derive from it. */

@@ -20,7 +20,10 @@ export { getSharedLlama, defaultInferenceThreads } from './llama.ts'
 export { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_LOGIT_BIAS, MAX_LOGIT_BIAS_ENTRIES } from './sampling.ts'
 export { MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH } from './embeddings.ts'
 export { MAX_TOOLS, MAX_TOOL_NAME_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_CALL_ID_CHARS } from './tools.ts'
-export { Accelerator, GpuSetupError, GPU_CHOICES, gpuPackages, installedGpuBackends, nodeLlamaCppVersion, planGpu } from './gpu.ts'
+export {
+  Accelerator, GpuSetupError, GPU_CHOICES, gpuBackendsInDir, gpuPackages, installedGpuBackends, installedGpuBytes, nodeLlamaCppVersion, planGpu, suggestedGpuBackend,
+  uninstallGpuBackend
+} from './gpu.ts'
 export type { GpuBackend, GpuChoice, GpuPlan, GpuStatus } from './gpu.ts'
 export { nodeLlamaCppPatches } from './patches/node-llama-cpp.ts'
 export { v8Patches } from './patches/v8.ts'

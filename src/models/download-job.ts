@@ -44,3 +44,6 @@ export async function restartPart (job: Job): Promise<void> {
 export async function discardPart (job: Job): Promise<void> {
   await rm(job.partPath, { force: true })
 }
+
+/** A file downloaded, verified and in place. */
+export interface DownloadResult { path: string, sha256: string, sizeBytes: number }

@@ -3,8 +3,7 @@
 // before the .part is renamed into place.
 import { commitPart } from './part-file.ts'
 import { DownloadTooLargeError, IntegrityError } from './errors.ts'
-import { discardPart, type Job } from './download-job.ts'
-import type { DownloadResult } from './download.ts'
+import { discardPart, type DownloadResult, type Job } from './download-job.ts'
 
 export const SHA256_HEX = /^[0-9a-f]{64}$/
 

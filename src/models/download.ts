@@ -9,7 +9,7 @@ import { InvalidInputError } from '../errors.ts'
 import { backoffDelayMs } from '../wire/index.ts'
 import { DownloadFailedError } from './errors.ts'
 import { attempt } from './download-attempt.ts'
-import { RetryableError, restartPart, type Job } from './download-job.ts'
+import { RetryableError, restartPart, type DownloadResult, type Job } from './download-job.ts'
 import { ProgressReporter, type DownloadProgress } from './download-progress.ts'
 import { SHA256_HEX, checkDeclaredSize, finish } from './download-verify.ts'
 import { readPart } from './part-file.ts'
@@ -39,7 +39,7 @@ export interface DownloadRequest {
   signal?: AbortSignal
 }
 
-export interface DownloadResult { path: string, sha256: string, sizeBytes: number }
+export type { DownloadResult } from './download-job.ts'
 
 export interface DownloadOptions {
   /**

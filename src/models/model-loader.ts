@@ -6,7 +6,7 @@ import type { Logger } from 'pino'
 import { InvalidInputError } from '../errors.ts'
 import type { ModelEventMap } from './events.ts'
 import { modelKey } from './model-id.ts'
-import type { ModelRecords } from './records.ts'
+import type { LoadedState, ModelRecords } from './records.ts'
 
 /** How a model came to be loaded: asked for (`load`, `serve --model`: stays until unloaded), or by a request naming it. */
 export type LoadReason = 'explicit' | 'request'
@@ -52,18 +52,6 @@ export interface LoadedModel {
   contextLength: number | null
   /** Where it runs (`cpu` or the GPU backend) and how many of its layers the GPU holds; null while loading. */
   gpu: { backend: string, gpuLayers: number, totalLayers: number } | null
-}
-
-/** What a listing shows of a loaded model. */
-export interface LoadedState {
-  kind: 'chat' | 'embedding'
-  memoryBytes: number
-  contextLength: number
-  slots: number
-  busySlots: number
-  queued: number
-  loadedBy: LoadReason
-  idleSeconds: number
 }
 
 export interface ModelLoaderDeps {

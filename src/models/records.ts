@@ -5,7 +5,6 @@
 import { basename } from 'node:path'
 import { inTransaction, type Database } from '../store/index.ts'
 import type { CatalogEntry } from './catalog.ts'
-import type { LoadedState } from './model-loader.ts'
 import { describeHubFile } from './model-id.ts'
 
 export type ModelStatus = 'available' | 'downloading' | 'downloaded' | 'loaded' | 'failed'
@@ -27,6 +26,18 @@ export interface ModelRecord {
   source: string
   /** What it is doing while loaded (status `loaded`); null otherwise. */
   loaded: LoadedState | null
+}
+
+/** What a listing shows of a loaded model. */
+export interface LoadedState {
+  kind: 'chat' | 'embedding'
+  memoryBytes: number
+  contextLength: number
+  slots: number
+  busySlots: number
+  queued: number
+  loadedBy: 'explicit' | 'request'
+  idleSeconds: number
 }
 
 export interface ModelProgress {

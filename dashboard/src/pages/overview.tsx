@@ -2,7 +2,7 @@
 import type { JSX } from 'preact'
 import { useEffect, useState } from 'preact/hooks'
 import type { AppSnapshot } from '../../../src/http/schemas/app.ts'
-import type { PageProps } from '../app.tsx'
+import type { PageProps } from '../page.ts'
 import { Copyable, Section } from '../components.tsx'
 import { formatBytes, formatCredits, formatDuration } from '../format.ts'
 import { useT, type MessageKey, type Translate } from '../i18n.ts'

@@ -5,7 +5,7 @@ import type { JSX } from 'preact'
 import { useEffect, useState } from 'preact/hooks'
 import type { SettingsObject } from '../../../src/http/schemas/settings.ts'
 import { ApiError, get, patch } from '../api.ts'
-import type { PageProps } from '../app.tsx'
+import type { PageProps } from '../page.ts'
 import { ErrorText, Field, Section, useAction } from '../components.tsx'
 import { useT, type MessageKey, type Translate } from '../i18n.ts'
 

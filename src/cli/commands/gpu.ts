@@ -8,7 +8,7 @@ import { defaultDataDir } from '../../config.ts'
 import type { AppSnapshot } from '../../http/schemas/app.ts'
 import {
   gpuBackendsInDir, gpuPackages, installedGpuBackends, installedGpuBytes, nodeLlamaCppVersion, suggestedGpuBackend, uninstallGpuBackend, type GpuBackend
-} from '../../inference/gpu.ts'
+} from '../../inference/index.ts'
 import { detectHardware } from '../../system/hardware.ts'
 import { ApiError } from '../client.ts'
 import { formatPairs, print } from '../output.ts'

@@ -3,9 +3,8 @@ import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import type { Command } from 'commander'
 import type { RunningNode } from '../../node.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, FLASH_ATTENTION_CHOICES, type FlashAttention } from '../../inference/index.ts'
+import { DEFAULT_CONTEXT_SIZE, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, FLASH_ATTENTION_CHOICES, GPU_CHOICES, type FlashAttention, type GpuChoice } from '../../inference/index.ts'
 import { DEFAULT_HOST, DEFAULT_PORT, defaultConfig, defaultDataDir } from '../../config.ts'
-import { GPU_CHOICES, type GpuChoice } from '../../inference/gpu.ts'
 import { UsageError, logSettings, wholeNumber, withLogOptions } from './common.ts'
 
 interface ServeOptions {
