@@ -1,9 +1,11 @@
-// docs/ARCHITECTURE.md is how a newcomer finds their way: every file it names exists, every class and
-// method it names by a code span is in the code (a method in the class named), and each of the two traced paths stays within five files.
+// docs/ARCHITECTURE.md is how a newcomer finds their way: every file it names exists, every class and method it names by
+// a code span is in the code (a method in the class named), and the paths it traces are short and follow the code's
+// imports: a local chat in at most eight files and none of the network's, a chat on a peer and a credit transfer in five.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
+import { importsOf } from '../scripts/check-imports.ts'
 
 const root = join(import.meta.dirname, '..')
 const doc = readFileSync(join(root, 'docs', 'ARCHITECTURE.md'), 'utf8')
@@ -51,10 +53,50 @@ test('the classes, functions and methods ARCHITECTURE.md names are in src/', () 
   }
 })
 
-test('a chat placed on a peer and a credit transfer are each traced through at most five files', () => {
-  for (const start of ['A chat placed on a peer, in five files', '1. `POST /v1/app/wallet/send`']) {
-    const text = start.startsWith('1.') ? doc.slice(doc.indexOf(start), doc.indexOf('## Storage')) : paragraph(start)
-    const files = new Set([...text.matchAll(/`(src\/[^`\s]+\.ts)`/g)].map((match) => match[1]))
-    assert.ok(files.size >= 3 && files.size <= 5, `${start}: ${[...files].join(', ')}`)
+/** The files a traced path names, in order. */
+function traced (text: string): string[] {
+  return [...new Set([...text.matchAll(/`(src\/[^`\s]+\.ts)`/g)].map((match) => match[1]))]
+}
+
+/** Every file `files` import, transitively (type imports and index re-exports included), with the files themselves. */
+function closure (files: string[]): Set<string> {
+  const seen = new Set(files.map((file) => join(root, file)))
+  const queue = [...seen]
+  for (let file = queue.shift(); file != null; file = queue.shift()) {
+    for (const next of importsOf(file)) if (!seen.has(next)) { seen.add(next); queue.push(next) }
   }
+  return seen
+}
+
+/**
+ * Each file of a path after the first is reached from the files before it: imported by them (through a domain's
+ * index too), or a class that implements an interface they import (a part handed in by the composition root).
+ */
+function assertConnected (what: string, files: string[]): void {
+  for (let i = 1; i < files.length; i++) {
+    const before = closure(files.slice(0, i))
+    const file = join(root, files[i])
+    if (before.has(file)) continue
+    const implemented = [...readFileSync(file, 'utf8').matchAll(/\bimplements\s+(\w+)/g)].map((match) => match[1])
+    const imported = implemented.some((name) => [...before].some((seen) => new RegExp(`export (?:interface|type|class) ${name}\\b`).test(readFileSync(seen, 'utf8'))))
+    assert.ok(imported, `${what}: ${files[i]} is neither imported by ${files.slice(0, i).join(', ')} nor implements what they import`)
+  }
+}
+
+test('a local chat is traced through at most eight files, none in src/network/, each reached from the ones before by the code\'s imports', () => {
+  const files = traced(paragraph('A local chat, in eight files'))
+  assert.ok(files.length >= 5 && files.length <= 8, files.join(', '))
+  assert.deepEqual(files.filter((file) => file.startsWith('src/network/')), [])
+  assertConnected('a local chat', files.slice(0, -1))
+  // The events go back through the stream helper the route itself imports
+  assert.ok(closure([files[0]]).has(join(root, files.at(-1) ?? '')), `${files[0]} imports ${files.at(-1) ?? ''}`)
+})
+
+test('a chat placed on a peer and a credit transfer are each traced through at most five files, each reached by the code\'s imports', () => {
+  const peer = traced(paragraph('A chat placed on a peer, in five files'))
+  const transfer = traced(doc.slice(doc.indexOf('1. `POST /v1/app/wallet/send`'), doc.indexOf('## Storage')))
+  for (const [what, files] of [['a chat on a peer', peer], ['a credit transfer', transfer]] as const) {
+    assert.ok(files.length >= 3 && files.length <= 5, `${what}: ${files.join(', ')}`)
+  }
+  assertConnected('a credit transfer', transfer)
 })
