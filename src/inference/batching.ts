@@ -3,8 +3,8 @@ import { decodeQueueOf } from './patches/node-llama-cpp.ts'
 
 /**
  * How often the batch loop may come back for the sequences it expects before it decodes without them. Each return is
- * one trip through node-llama-cpp's batch loop, a few microtasks; a sampled sequence re-queues within about five
- * (measured, 24M model, 4 streams), so this bound is reached only when a sequence has stopped or waits on I/O.
+ * one trip through node-llama-cpp's batch loop, a few microtasks; a sampled sequence re-queues within a few of them
+ * (bench/README.md), so this bound, well above that, is reached only when a sequence has stopped or waits on I/O.
  */
 const MAX_HOLDS = 16
 /** A sequence counts as generating while it took part in one of this many latest batches. */
@@ -12,9 +12,8 @@ const ACTIVE_BATCHES = 2
 
 /**
  * How one context forms its decode batches, so that N streams decode as one batch of N tokens per step, as
- * llama-server does (node-llama-cpp's defaults reached 0.64-0.72x llama-server's aggregate with 4 streams; see
- * shared/notes/inference-speed-2026-11-22.md). Two decisions, both made through node-llama-cpp's public `batching`
- * options:
+ * llama-server does (with node-llama-cpp's defaults, several streams decode well below llama-server's aggregate;
+ * bench/README.md). Two decisions, both made through node-llama-cpp's public `batching` options:
  *
  * - **Complete batches.** node-llama-cpp forms the next batch as soon as the previous one's samples resolve, before
  *   the sequences just sampled have re-queued (they come back through several promise hops), so 4 streams decoded as

@@ -5,9 +5,9 @@ import { garbageCollector } from './patches/v8.ts'
  * flavour, which also shrinks the young generation), run around each model load (LocalEngine.load) and after an
  * unload. Loading parses the GGUF's metadata (its whole vocabulary, as JavaScript strings and arrays) and, on a node
  * just started, follows the loading of every module; V8 keeps the pages that garbage took and rarely returns them on
- * its own while timers and sockets keep the process from looking idle. Measured with `serve` and the 24M model: 66 MB of heap for 47 MB
- * live; afterwards 42 MB, and the process's RSS 24 MB lower (bench/README.md, memory). Each blocks the event loop
- * for about 0.1 s (three per load), while nothing of the model runs yet.
+ * its own while timers and sockets keep the process from looking idle. The collection gives those pages back, and the
+ * process's RSS goes down with them; each blocks the event loop (three per load), so it runs only around a load, while
+ * nothing of the model runs yet (bench/README.md).
  *
  * The collector is V8's, reached through the `expose-gc` patch (patches/v8.ts); where it did not take (reported and
  * warned at start), the heap is left as it is and this returns false.

@@ -2,8 +2,8 @@ import type { Llama } from 'node-llama-cpp'
 import { patchedNodeLlamaCpp, tokenLoopInternals, type LlamaInternals, type LlamaModule } from './patches/node-llama-cpp.ts'
 
 /**
- * node-llama-cpp, imported on first use: the import alone costs ~300 ms and ~60 MB, which a node that serves no
- * model (or has not loaded one yet) should not pay at start. Every patch of its internals is applied then
+ * node-llama-cpp, imported on first use: the import alone costs noticeable time and memory (bench/README.md), which a
+ * node that serves no model (or has not loaded one yet) should not pay at start. Every patch of its internals is applied then
  * (patches/node-llama-cpp.ts, which says whether each took).
  */
 export async function llamaModule (): Promise<LlamaModule> {
@@ -29,8 +29,9 @@ export function defaultInferenceThreads (cores: number): number {
 
 /**
  * The process's one Llama for `gpu` (false: the CPU build), never built from source. `threads` caps llama.cpp's
- * thread pool (`maxThreads`): node-llama-cpp's default oversubscribes a small machine and runs 10-500x slower. The
- * first caller creates it; a later caller asking for more threads raises the cap, never lowers it.
+ * thread pool (`maxThreads`): node-llama-cpp's default oversubscribes a small machine, which then runs many times
+ * slower (bench/README.md). The first caller creates it; a later caller asking for more threads raises the cap, never
+ * lowers it.
  */
 export async function getSharedLlama (threads: number, gpu: 'cuda' | 'vulkan' | 'metal' | false = false): Promise<Llama> {
   const key = gpu === false ? 'cpu' : gpu

@@ -5,13 +5,14 @@ import type { Sampling } from './sampling.ts'
 import { doneEvent, metered, type Slot } from './slot-work.ts'
 
 // Our own token loop for plain generations (no tools, no grammar, no repeat penalty): what LlamaChat and
-// LlamaCompletion do for them, without their per-token machinery. node-llama-cpp's layers cost 0.22-0.26 ms per token
+// LlamaCompletion do for them, without their per-token machinery. node-llama-cpp's layers cost a fixed time per token
 // over its native calls (bench/engine-layers.ts), paid once per stream, one after another, on the main thread: a
-// tenth of a 24M model's token, a fifth of a four-stream step. This loop queues each decode straight on the context's
-// batch queue (so N streams still decode as one batch per step, formed by batching.ts), samples with a sampler
-// configured once per request, and detects stops with node-llama-cpp's own detectors. Its text handling is LlamaChat's
-// (test/inference/token-loop.test.ts holds it to LlamaChat's and LlamaCompletion's answers); for completions it also
-// finds stop strings LlamaCompletion misses, which matches each token's text alone, without the tokens before it.
+// share of every token that grows as the model gets smaller and the streams more (bench/README.md). This loop queues
+// each decode straight on the context's batch queue (so N streams still decode as one batch per step, formed by
+// batching.ts), samples with a sampler configured once per request, and detects stops with node-llama-cpp's own
+// detectors. Its text handling is LlamaChat's (test/inference/token-loop.test.ts holds it to LlamaChat's and
+// LlamaCompletion's answers); for completions it also finds stop strings LlamaCompletion misses, which matches each
+// token's text alone, without the tokens before it.
 
 /** Why a loop stopped, in node-llama-cpp's words (LlamaChat's and LlamaCompletion's `stopReason`). */
 export type LoopStopReason = 'eogToken' | 'stopGenerationTrigger' | 'customStopTrigger' | 'maxTokens' | 'abort'

@@ -1,7 +1,9 @@
+import { MAX_ADVERTISED_DEMAND } from '../network/index.ts'
+
 /** Demand counted an hour ago weighs a quarter of demand counted now. */
 export const DEMAND_HALF_LIFE_MS = 30 * 60_000
-/** Models kept in the advertised list, most demanded first (the capability record's limit). */
-export const MAX_DEMAND_ENTRIES = 64
+/** Models kept in the advertised list, most demanded first: the capability record's limit. */
+export const MAX_DEMAND_ENTRIES = MAX_ADVERTISED_DEMAND
 
 export interface DemandEntry {
   modelID: string

@@ -1,6 +1,6 @@
-// Adverts (src/network/adverts/adverts.ts) as a sync brings them: each one checked against its node's key, except the ones
-// this node holds byte for byte already, which were checked when they were taken (not checking those again is what
-// let 200 nodes start on one machine; bench/README.md). A copy of a held advert with other content under the same
+// Adverts (src/network/adverts/adverts.ts) as a sync brings them: each one checked against its node's key, except the
+// ones this node holds byte for byte already, which were checked when they were taken (checking those again is what a
+// large network's start spends its CPU on; bench/README.md). A copy of a held advert with other content under the same
 // signatures is not "held": it is checked, and refused. The gossip side shares `AdvertBook.holds` (advert-gossip.ts).
 import assert from 'node:assert/strict'
 import { test } from 'node:test'

@@ -1,6 +1,6 @@
-// A connection closed in the very tick a stream is opened on it (src/network/host/yamux.ts): what identify and
-// ConnectionPolicy do to a duplicate connection, and what made a CI run of relays.test.ts end on an uncaught
-// `StreamStateError: Cannot write to a stream that is closed`. Real hosts, directly and through a real relay.
+// A connection closed in the very tick a stream is opened on it (src/network/host/patches/libp2p-yamux.ts): what
+// identify and ConnectionPolicy do to a duplicate connection, and what made a CI run of relays.test.ts end on an
+// uncaught `StreamStateError: Cannot write to a stream that is closed`. Real hosts, directly and through a real relay.
 import assert from 'node:assert/strict'
 import { test, type TestContext } from 'node:test'
 import type { Connection, Stream } from '@libp2p/interface'
@@ -9,7 +9,7 @@ import { pino } from 'pino'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { createPeerHost, handleProtocol, type PeerHost } from '../../src/network/host/libp2p-node.ts'
 import { relayMultiaddrFromUrl, startRelay } from '../../src/network/relay/relay.ts'
-import { isUnawaitedFrame } from '../../src/network/host/yamux.ts'
+import { isUnawaitedFrame } from '../../src/network/host/patches/libp2p-yamux.ts'
 import { waitFor } from '../support/node.ts'
 
 const log = pino({ level: process.env.MESHNODE_TEST_LOG ?? 'silent' })
@@ -75,8 +75,8 @@ async function openAndAbort (from: PeerHost, to: () => Multiaddr, rounds: number
 }
 
 test('a connection aborted in the tick a stream opens on it throws nothing uncaught, directly or through a relay; the hosts keep serving', { timeout: 120_000 }, async (t) => {
-  // Direct: TCP on loopback. Without the guard in src/network/host/yamux.ts, each round ends in the uncaught
-  // StreamStateError thrown from the microtask yamux queues in `onCreateStream`.
+  // Direct: TCP on loopback. Without the guard in src/network/host/patches/libp2p-yamux.ts, each round ends in the
+  // uncaught StreamStateError thrown from the microtask yamux queues in `onCreateStream`.
   const a = await startHost(t, { listen: ['/ip4/127.0.0.1/tcp/0'] })
   const b = await startHost(t, { listen: ['/ip4/127.0.0.1/tcp/0'] })
   assert.deepEqual(await openAndAbort(a, () => b.getMultiaddrs()[0], 8), [])

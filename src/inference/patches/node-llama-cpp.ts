@@ -136,8 +136,8 @@ interface ErasureState {
 /**
  * Lets a sequence's erasure (clearing it, or LlamaChat trimming a reused prefix to what the new prompt shares) take
  * the context's lock while other sequences generate. node-llama-cpp's batch loop holds that lock for as long as any
- * decode is queued, and with three or more streams one always is: measured, a fourth request's `clearHistory` waited
- * until the other three generations had finished (24 s). While an erasure is pending, the other sequences' next
+ * decode is queued, and with three or more streams one always is: a fourth request's `clearHistory` waited until the
+ * other three generations had finished (bench/README.md). While an erasure is pending, the other sequences' next
  * decodes wait; the loop drains what is queued, lets go of the lock, the erasure runs (a few cache operations), and
  * they go on, together, in the next batch. A sequence with its own erasure pending is never held (its erasure may
  * re-evaluate tokens before it returns). Wraps `LlamaContext._decodeTokens` and
@@ -175,7 +175,7 @@ function letErasuresIn (Context: LlamaModule['LlamaContext'], Sequence: LlamaMod
   }
   // Not an async function: with no erasure pending (nearly always) the decode's own promise is returned as it is. Two
   // more promise hops per decode let node-llama-cpp's batch loop find its queue empty and let go of the lock before the
-  // sequence re-queued; taking it again cost ~0.1 ms per token (24M model, one stream: 1.88 against 1.79 ms).
+  // sequence re-queued, and taking it again costs time on every token (bench/README.md).
   const decoding = function (this: object, ...args: unknown[]): Promise<unknown> {
     const state = states.get(this)
     const id = (args[0] as { sequenceId?: unknown } | undefined)?.sequenceId
@@ -354,7 +354,7 @@ async function tokenLoopParts (loaded: LlamaModule): Promise<{ internals: LlamaI
  * `guardSampling` does for its own evaluation) and left in `failure`. Not an async function, and awaited by the loop
  * itself: the loop then resumes, and queues the next decode, before node-llama-cpp's batch loop looks at its queue
  * again; if the batch loop found its queue empty first it would let go of the context's lock, and taking it again
- * costs ~0.1 ms per token.
+ * costs time on every token (bench/README.md).
  */
 function queueDecode (sequence: LlamaContextSequence, tokens: Token[], sampler: LoopSampler, failure: { error?: unknown }): Promise<Array<[number, number]>> {
   const seq = sequence as unknown as SequenceInternals & LlamaContextSequence

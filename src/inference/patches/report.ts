@@ -1,30 +1,4 @@
-// What each patch of a dependency's private internals says about itself once applied. A patch written against one
-// version of a dependency may find another shape there after an upgrade; it then leaves the dependency alone and says
-// so here, never silently: the node warns once, and the patch's test fails at the pinned version.
-
-export interface PatchReport {
-  /** The patch, kebab-case: `sampling-guard`, `expose-gc`… (docs/UPGRADING.md lists each with its check). */
-  readonly name: string
-  /** The dependency patched, with the version found: `node-llama-cpp 3.22.1`, `V8 13.6.233.17-node.53`. */
-  readonly dependency: string
-  /** What breaks without it, in a line. */
-  readonly reason: string
-  /** Whether it took: false when what it patches is not the shape it was written for. */
-  readonly active: boolean
-  /** What was found instead when it did not take; or how it applies (per model, when a GPU package is installed). */
-  readonly detail?: string
-}
-
-/** The part of a pino logger that patch reports are written to. */
-export interface PatchLogger {
-  warn: (obj: object, msg?: string) => void
-}
-
-/** Warns once per patch that did not take, naming it, its dependency and what it found; active ones say nothing. */
-export function warnInactivePatches (log: PatchLogger, reports: readonly PatchReport[]): void {
-  for (const report of reports) {
-    if (report.active) continue
-    log.warn({ patch: report.name, dependency: report.dependency, reason: report.reason, detail: report.detail },
-      `the ${report.name} patch of ${report.dependency} did not apply: ${report.reason}`)
-  }
-}
+// What each patch of a dependency's private internals says about itself once applied, and the warning for one that did
+// not take: one definition for every domain that patches a dependency, in src/system/patch-report.ts.
+export { warnInactivePatches } from '../../system/patch-report.ts'
+export type { PatchLogger, PatchReport } from '../../system/patch-report.ts'

@@ -8,7 +8,7 @@ import type { PeerHost } from '../host/libp2p-node.ts'
 
 /**
  * gossipsub's verdicts, by value (its TopicValidatorResult enum): a value import of @libp2p/gossipsub would load the
- * whole package (48 modules, ~3 MB) into every node, also while the network is off; libp2p-node.ts loads it when the
+ * whole package into every node, also while the network is off (bench/README.md); libp2p-node.ts loads it when the
  * node goes online.
  */
 const VERDICT = {
@@ -55,8 +55,8 @@ export interface AdvertGossipOptions {
 /** How often a node asks a random peer for the adverts that changed there lately, once its join is over. */
 export const DEFAULT_ADVERT_PULL_MS = 2 * 60_000
 /** A pull asks for what changed since the last sync began, and this much before (the two peers' views differ by the
- *  time an advert takes to spread). Twice the time since the last sync was tried: a network a few minutes old then
- *  answered every pull with nearly every advert (all of them changed within the window), 5× the idle traffic at 50 nodes. */
+ *  time an advert takes to spread): a fixed margin, not one that grows with the time since the last sync, which in a
+ *  network a few minutes old takes in nearly every advert and multiplies the idle traffic (bench/README.md). */
 export const ADVERT_PULL_WINDOW_MARGIN_MS = 30_000
 
 /**

@@ -134,8 +134,8 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
   /**
    * Whether `advert` is exactly the one held for its node, which was checked when it was taken: it need not be checked
    * again. A sync answer repeats the adverts a node has already, and gossip brings back what a sync brought, and
-   * checking each again (two signature verifications) was a large part of the CPU of 200 nodes starting. Anything
-   * else, a copy re-encoded included, is checked in full.
+   * checking each again (two signature verifications) is a large part of what a large network spends starting
+   * (bench/README.md). Anything else, a copy re-encoded included, is checked in full.
    */
   holds (advert: Advert, now: number = Date.now()): boolean {
     const entry = this.#entries.get(advert.record.signer)

@@ -12,12 +12,16 @@ import { webSockets } from '@libp2p/websockets'
 import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
 import type { NodeIdentity } from '../../identity/index.ts'
+import { warnInactivePatches, type PatchReport } from '../../system/patch-report.ts'
 import { HolePunch } from './hole-punch.ts'
 import { lanPresence, type LanPresence, type LanPresenceOptions } from '../lan/lan-presence.ts'
+import { autonatV2Patches } from './patches/libp2p-autonat-v2.ts'
+import { cryptoPatches } from './patches/libp2p-crypto.ts'
+import { dcutrPatches } from './patches/libp2p-dcutr.ts'
+import { yamux, yamuxPatches } from './patches/libp2p-yamux.ts'
 import { DEFAULT_LISTEN, privateKeyFromIdentity } from './peer-ids.ts'
 import { ReachabilityMonitor } from './reachability.ts'
 import { isCircuit } from './relay-address.ts'
-import { yamux } from './yamux.ts'
 
 // The helpers that need no transports live in peer-ids.ts; they are re-exported here for callers that build hosts.
 export { DEFAULT_LISTEN, privateKeyFromIdentity, peerIdFromIdentity, peerIdToNodeID, nodeIDToPeerId, openStream, handleProtocol } from './peer-ids.ts'
@@ -72,12 +76,20 @@ export interface PeerHostOptions {
 
 /**
  * How often libp2p's connection monitor pings each connection, by default (libp2p's own default is 10 s). Idle, these
- * pings are most of a node's traffic: both ends ping every connection, each ping a new yamux stream with its protocol
- * negotiation (measured, 30 nodes of ~14 connections: 85 ping streams per node-minute of 87 streams opened). A closed
- * socket ends a connection at once; the ping only finds a peer that vanished without closing (a crash of its machine,
- * a dropped route), and 30 s (+ the 10 s timeout) is soon enough for that, for a third of the traffic and CPU.
+ * pings are nearly every stream a node opens: both ends ping every connection, each ping a new yamux stream with its
+ * protocol negotiation, so the interval sets most of an idle node's traffic and CPU (bench/README.md). A closed socket
+ * ends a connection at once; the ping only finds a peer that vanished without closing (a crash of its machine, a
+ * dropped route), and 30 s (+ the 10 s timeout) is soon enough for that.
  */
 export const CONNECTION_PING_INTERVAL_MS = 30_000
+
+/**
+ * Every patch a host makes to its dependencies' private internals (patches/, one module per dependency), each saying
+ * whether it took. `createPeerHost` warns of each one that did not, once per host; the relay warns of its own.
+ */
+export async function hostPatches (): Promise<PatchReport[]> {
+  return [...yamuxPatches(), ...dcutrPatches(), ...autonatV2Patches(), ...await cryptoPatches()]
+}
 
 /** A gossip message's id: the SHA-256 of its data. */
 function contentId (message: { data: Uint8Array }): Uint8Array {
@@ -87,6 +99,7 @@ function contentId (message: { data: Uint8Array }): Uint8Array {
 /** Builds and starts the libp2p host whose peer id is the node key. */
 export async function createPeerHost (identity: NodeIdentity, options: PeerHostOptions = {}): Promise<PeerHost> {
   const log = options.log ?? pino({ level: 'silent' })
+  warnInactivePatches(log, await hostPatches())
   const listen = [...(options.listen ?? DEFAULT_LISTEN)]
   if (options.relayUrl != null || options.relayReservations === true) listen.push(...RELAY_RESERVATION_LISTEN)
   const reachability = new ReachabilityMonitor({ log: log.child({ part: 'reachability' }) })
@@ -122,8 +135,8 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       autonat: reachability.autonat(autoNATv2),
       reachability: () => reachability,
       // Adverts are signed by their node inside the message, so gossipsub signs nothing (StrictNoSign: no second
-      // signature to make and check on every message at every node; signature checks were a third of the CPU of 200
-      // nodes starting). The message id is its content's hash, so one advert heard from several peers is taken once.
+      // signature to make and check on every message at every node, where signature checks are what a large network
+      // spends most of its start on; bench/README.md). The message id is its content's hash, so one advert heard from several peers is taken once.
       // Peers' addresses come from the adverts, not from peer exchange. Peers on loopback are not penalised for sharing
       // an address: gossipsub's IP colocation score shuns every peer of an address once more than 10 share it, which
       // would cut the gossip between nodes run side by side.

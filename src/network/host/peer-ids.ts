@@ -1,29 +1,22 @@
 // The light half of our libp2p glue: peer ids from node keys and back, and opening or serving protocol streams on a
 // host. Importing it does not load libp2p's transports, so a node with networking off never pays for them; the host
 // itself is built by libp2p-node.ts, loaded when the network first starts.
-import { privateKeyFromRaw, publicKeyFromRaw } from '@libp2p/crypto/keys'
-import { isPeerId, type Connection, type Ed25519PrivateKey, type PeerId, type Stream, type StreamHandler } from '@libp2p/interface'
+import { publicKeyFromRaw } from '@libp2p/crypto/keys'
+import { isPeerId, type Connection, type PeerId, type Stream, type StreamHandler } from '@libp2p/interface'
 import { peerIdFromPrivateKey, peerIdFromPublicKey } from '@libp2p/peer-id'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import type { Libp2p } from 'libp2p'
 import { nodeIDFromPublicKey, parseNodeID, type NodeID, type NodeIdentity } from '../../identity/index.ts'
 import { ProtocolError } from '../../wire/index.ts'
+import { privateKeyFromIdentity } from './patches/libp2p-crypto.ts'
+
+export { privateKeyFromIdentity }
 
 /** Where a node listens by default: loopback TCP and WebSocket on free ports. */
 export const DEFAULT_LISTEN = ['/ip4/127.0.0.1/tcp/0', '/ip4/127.0.0.1/tcp/0/ws']
 
 /** Where the LAN listener listens while `cluster_enabled` is on: every interface, a free port. */
 export const DEFAULT_LAN_LISTEN = ['/ip4/0.0.0.0/tcp/0']
-
-/** The node key in libp2p's form; Ed25519's raw private key is the 32-byte seed followed by the public key. */
-export function privateKeyFromIdentity (identity: NodeIdentity): Ed25519PrivateKey {
-  const raw = new Uint8Array(64)
-  raw.set(identity.seed, 0)
-  raw.set(identity.publicKey, 32)
-  const key = privateKeyFromRaw(raw)
-  if (key.type !== 'Ed25519') throw new Error('Node key is not an Ed25519 key')
-  return key
-}
 
 export function peerIdFromIdentity (identity: NodeIdentity): PeerId {
   return peerIdFromPrivateKey(privateKeyFromIdentity(identity))
@@ -61,15 +54,4 @@ function bestConnection (connections: Connection[]): Connection | undefined {
 /** Registers a protocol handler that relayed peers can reach too; `maxInboundStreams` is per connection. */
 export async function handleProtocol (host: Libp2p, protocol: string, handler: StreamHandler, options: { maxInboundStreams: number }): Promise<void> {
   await host.handle(protocol, handler, { maxInboundStreams: options.maxInboundStreams, runOnLimitedConnection: true })
-}
-
-/** `target` with some methods replaced; the others still run on `target` itself (they may use private fields). */
-export function withMethods<T extends object> (target: T, methods: Partial<T>): T {
-  return new Proxy(target, {
-    get: (object, key) => {
-      if (Object.hasOwn(methods, key)) return methods[key as keyof T]
-      const value: unknown = Reflect.get(object, key)
-      return typeof value === 'function' ? value.bind(object) : value
-    }
-  })
 }

@@ -19,8 +19,7 @@
 //   /8) never collects them, since each segment answers once. A single failed dial-back to our public address says
 //   that this address is not reachable, and a wrong 'private' costs nothing (the node keeps its relay reservations
 //   as every NATed node does); 'public' needs a dial-back that brought back our nonce. autonat-v2 reports a single
-//   failure nowhere but its log (the client's trace line `%p could not dial %a`), so its logger is tapped for it; the
-//   package is pinned, and test/network/nat.test.ts fails if the line changes.
+//   failure nowhere but its log (the client's trace line `%p could not dial %a`), so its logger is tapped for it.
 // - Circuit addresses are not tested: their reachability is the relay reservation's, and a relay asked to dial a
 //   circuit address through itself refuses (E_DIAL_REFUSED), which makes the asking client stop reading the answers
 //   for the addresses after it.
@@ -34,26 +33,21 @@
 //   included, and its server closes its dial-back once the nonce is answered; a request made on that connection is
 //   still dialed back after, when neither its stream nor its connection is open any more (seen: the duplicate rule
 //   then closed a node's relay connection, or failed the dial-back).
+// What this takes of autonat-v2's internals (the views of the components it is handed, its log line) is applied in
+// patches/libp2p-autonat-v2.ts, each patch checked against the shape it was written for.
 import type { AutoNATv2Components, autoNATv2 } from '@libp2p/autonat-v2'
-import type { Connection, Logger as Libp2pLogger } from '@libp2p/interface'
+import type { Connection } from '@libp2p/interface'
 import { isLoopback, isNetworkAddress, isPrivate } from '@libp2p/utils'
 import type { Logger } from 'pino'
-import { withMethods } from './peer-ids.ts'
+import { viewedAutonatV2 } from './patches/libp2p-autonat-v2.ts'
 import { isCircuit } from './relay-address.ts'
 import type { Reachability, ReachabilityStatus } from './reachability-status.ts'
-
-/** AutoNAT v2's dial-request protocol (autonat-v2's default prefix): a request to be dialed back, either way. */
-export const AUTONAT_DIAL_REQUEST_PROTOCOL = '/libp2p/autonat/2/dial-request'
 
 /** Dial-backs a node makes at once as an AutoNAT server; requests beyond are refused until one ends. */
 export const MAX_CONCURRENT_DIAL_BACKS = 8
 
 /** autonat-v2's options. Its defaults stand: 30 s for a request and its dial-back; 2 requests at once per connection. */
 const AUTONAT_OPTIONS = { timeout: 30_000, maxInboundStreams: 2 }
-
-/** The autonat-v2 client's logger, and its trace line for one failed dial-back (@libp2p/autonat-v2 2.0.15, client.js). */
-const CLIENT_LOGGER = 'libp2p:auto-nat-v2:client'
-const DIAL_BACK_FAILED = '%p could not dial %a'
 
 /**
  * A host's AutoNAT service and what it learned. `autonat(autoNATv2)` is the service to give libp2p; `publicIp` is
@@ -79,43 +73,41 @@ export class ReachabilityMonitor {
 
   /** autonat-v2's service, seeing the host's components through the views described at the top of this file. */
   autonat (factory: typeof autoNATv2): (components: AutoNATv2Components) => unknown {
-    return (components) => {
-      const { addressManager, connectionManager, logger, registrar } = components
-      this.#addressManager = addressManager
-      const views: Partial<AutoNATv2Components> = {
-        // the server's handler and the client's connections, to know when a dial-back may come (see `isDialBack`)
-        registrar: withMethods(registrar, {
-          handle: async (protocol, handler, options) => {
-            await registrar.handle(protocol, protocol === AUTONAT_DIAL_REQUEST_PROTOCOL ? this.#answeringWhile(handler) : handler, options)
-          },
-          register: async (protocol, topology) => await registrar.register(protocol, protocol !== AUTONAT_DIAL_REQUEST_PROTOCOL
-            ? topology
-            : { ...topology, onConnect: async (peer, connection) => { await topology.onConnect?.(peer, this.#askingOn(connection)) } })
-        }),
-        addressManager: withMethods(addressManager, {
-          getAddressesWithMetadata: () => addressManager.getAddressesWithMetadata().filter(address => !isCircuit(address.multiaddr)),
-          confirmObservedAddr: (addr, options) => { addressManager.confirmObservedAddr(addr, options); this.#changed() },
-          removeObservedAddr: (addr) => { addressManager.removeObservedAddr(addr); this.#changed() }
-        }),
-        connectionManager: withMethods(connectionManager, {
-          isDialable: async (addrs, options) => this.#dialBacks < MAX_CONCURRENT_DIAL_BACKS && await connectionManager.isDialable(addrs, options),
-          // the server dials back with `force` (a new connection even though one is open); nothing else here does
-          openConnection: async (peer, options) => {
-            if (options?.force !== true) return await connectionManager.openConnection(peer, options)
-            this.#dialBacks++
-            try {
-              return await connectionManager.openConnection(peer, options)
-            } finally {
-              this.#dialBacks--
-            }
-          }
-        }),
-        logger: { forComponent: (name) => name === CLIENT_LOGGER ? this.#tap(logger.forComponent(name)) : logger.forComponent(name) }
+    const viewed = viewedAutonatV2(factory, AUTONAT_OPTIONS, {
+      testable: (address) => !isCircuit(address.multiaddr),
+      addressesChanged: () => { this.#changed() },
+      dialBackFailed: (address) => {
+        this.#failed.add(address)
+        this.#changed()
+      },
+      mayDialBack: () => this.#dialBacks < MAX_CONCURRENT_DIAL_BACKS,
+      dialingBack: async (dial) => {
+        this.#dialBacks++
+        try {
+          return await dial()
+        } finally {
+          this.#dialBacks--
+        }
+      },
+      answering: async (peer, answer) => {
+        this.#answering.set(peer, (this.#answering.get(peer) ?? 0) + 1)
+        try {
+          await answer()
+        } finally {
+          const left = (this.#answering.get(peer) ?? 1) - 1
+          if (left > 0) this.#answering.set(peer, left)
+          else this.#answering.delete(peer)
+        }
+      },
+      asking: (peer) => {
+        const now = Date.now()
+        for (const [asked, until] of this.#asked) if (until <= now) this.#asked.delete(asked)
+        this.#asked.set(peer, now + AUTONAT_OPTIONS.timeout)
       }
-      // libp2p's components object throws on a missing key, so it cannot be spread: autonat-v2 gets a view of it.
-      return factory(AUTONAT_OPTIONS)(new Proxy(components, {
-        get: (target, key) => Object.hasOwn(views, key) ? views[key as keyof AutoNATv2Components] : Reflect.get(target, key)
-      }))
+    })
+    return (components) => {
+      this.#addressManager = components.addressManager
+      return viewed(components)
     }
   }
 
@@ -153,35 +145,6 @@ export class ReachabilityMonitor {
     return until != null && until > Date.now()
   }
 
-  /** The server's dial-request handler, counting the requests it is answering per asking peer. */
-  #answeringWhile (handler: Parameters<AutoNATv2Components['registrar']['handle']>[1]): Parameters<AutoNATv2Components['registrar']['handle']>[1] {
-    return async (stream, connection) => {
-      const peer = connection.remotePeer.toString()
-      this.#answering.set(peer, (this.#answering.get(peer) ?? 0) + 1)
-      try {
-        await handler(stream, connection)
-      } finally {
-        const left = (this.#answering.get(peer) ?? 1) - 1
-        if (left > 0) this.#answering.set(peer, left)
-        else this.#answering.delete(peer)
-      }
-    }
-  }
-
-  /** A connection as the client sees it: a dial request opened on it is noted as asked of its peer. */
-  #askingOn (connection: Connection): Connection {
-    return withMethods(connection, {
-      newStream: async (protocols, options) => {
-        if ([protocols].flat().includes(AUTONAT_DIAL_REQUEST_PROTOCOL)) {
-          const now = Date.now()
-          for (const [peer, until] of this.#asked) if (until <= now) this.#asked.delete(peer)
-          this.#asked.set(connection.remotePeer.toString(), now + AUTONAT_OPTIONS.timeout)
-        }
-        return await connection.newStream(protocols, options)
-      }
-    })
-  }
-
   status (): ReachabilityStatus {
     const addressManager = this.#addressManager
     if (addressManager == null) return { reachability: 'unknown', publicAddrs: [] }
@@ -192,18 +155,6 @@ export class ReachabilityMonitor {
     if (publicAddrs.length > 0) return { reachability: 'public', publicAddrs }
     if (direct.some(address => this.#failed.has(address.multiaddr.toString()))) return { reachability: 'private', publicAddrs: [] }
     return { reachability: 'unknown', publicAddrs: [] }
-  }
-
-  /** The client's logger, telling us each failed dial-back too. */
-  #tap (log: Libp2pLogger): Libp2pLogger {
-    return withMethods(log, {
-      trace: (formatter: unknown, ...args: unknown[]) => {
-        log.trace(formatter, ...args)
-        if (formatter !== DIAL_BACK_FAILED) return
-        this.#failed.add(String(args[1]))   // (peer, our address)
-        this.#changed()
-      }
-    })
   }
 
   #changed (): void {

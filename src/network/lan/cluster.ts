@@ -18,7 +18,8 @@ export const MAX_INBOUND_CLUSTER_STREAMS = 2
 const NONCE_BYTES = 32
 const PROOF_LABEL = 'meshnode-cluster-proof/1'
 const KEY_SALT = 'meshnode-cluster-passcode/1'
-// scrypt cost: 16 MiB and tens of ms once per passcode change, and as much for every offline guess.
+// scrypt cost: paid once per passcode change and as much for every offline guess, so set as high as a passcode change
+// bears without a noticeable wait (bench/README.md).
 const SCRYPT_OPTIONS = { N: 2 ** 14, r: 8, p: 1, maxmem: 64 * 1024 * 1024 }
 
 const B64_32 = z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'expected 32 bytes in base64url')

@@ -1,5 +1,5 @@
-import type { ComponentLogger, PeerDiscovery, PeerInfo, Startable } from '@libp2p/interface'
-import { mdns } from '@libp2p/mdns'
+import type { PeerDiscovery, PeerInfo, Startable } from '@libp2p/interface'
+import { mdns, type MulticastDNSComponents } from '@libp2p/mdns'
 import { multiaddr, type Multiaddr } from '@multiformats/multiaddr'
 
 /** Our own mDNS service name: meshnode nodes find each other and nothing else on the LAN. */
@@ -7,15 +7,14 @@ export const MDNS_SERVICE_TAG = '_meshnode._udp.local'
 /** Listened on while the LAN cluster is on: every interface, a free port (mDNS tells peers which). */
 export { DEFAULT_LAN_LISTEN } from '../host/peer-ids.ts'
 
-// The parts of libp2p's internal components this service uses, named structurally: libp2p passes every component to
-// every service factory, and `@libp2p/interface-internal` is not one of our dependencies.
+// The parts of libp2p's internal components this service uses: libp2p passes every component to every service
+// factory, so the object this service gets is libp2p's own, which it hands on to its mDNS instance as libp2p would.
+// The transport manager is named structurally, since `@libp2p/interface-internal` is not one of our dependencies.
 interface Listener {
   getAddrs (): Multiaddr[]
   close (): Promise<void>
 }
-export interface LanPresenceComponents {
-  logger: ComponentLogger
-  addressManager: { getAddresses (): Multiaddr[] }
+export type LanPresenceComponents = MulticastDNSComponents & {
   transportManager: { listen (addrs: Multiaddr[]): Promise<void>, getListeners (): Listener[] }
 }
 
@@ -55,8 +54,7 @@ export class LanPresence implements Startable {
     this.#listeners = this.#components.transportManager.getListeners().filter(listener => !before.has(listener))
     this.#onPeer = onPeer
     const discovery = mdns({ serviceTag: MDNS_SERVICE_TAG, interval: this.#options.queryIntervalMs ?? 10_000, port: this.#options.port })(
-      // mDNS calls addressManager.getAddresses() and logger.forComponent() only.
-      this.#components as unknown as Parameters<ReturnType<typeof mdns>>[0]) as PeerDiscovery & Startable
+      this.#components) as PeerDiscovery & Startable
     discovery.addEventListener('peer', this.#peerFound)
     this.#mdns = discovery
     await discovery.start()

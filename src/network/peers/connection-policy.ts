@@ -108,7 +108,7 @@ export class ConnectionPolicy {
       connection.abort(new Error(`closed: ${why}`))
     } catch (err) {
       // The connection is gone either way, and a throw here, inside libp2p's 'connection:open' dispatch, would end the
-      // process (yamux's goodbye to a socket that closed meanwhile no longer throws: see yamux.ts).
+      // process (yamux's goodbye to a socket that closed meanwhile no longer throws: see host/patches/libp2p-yamux.ts).
       this.#log.debug({ err, peer: connection.remotePeer.toString() }, 'closing a connection that was already closing')
     }
   }

@@ -12,11 +12,14 @@ import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
 import { InvalidInputError } from '../../errors.ts'
 import { generateSeed, identityFromSeed } from '../../identity/index.ts'
+import { warnInactivePatches } from '../../system/patch-report.ts'
 import { RelayDirectory, handleDirectory } from './directory.ts'
 import { CONNECTION_PING_INTERVAL_MS } from '../host/libp2p-node.ts'
 import { peerIdToNodeID, privateKeyFromIdentity } from '../host/peer-ids.ts'
+import { autonatV2Patches } from '../host/patches/libp2p-autonat-v2.ts'
+import { cryptoPatches } from '../host/patches/libp2p-crypto.ts'
+import { yamux, yamuxPatches } from '../host/patches/libp2p-yamux.ts'
 import { ReachabilityMonitor } from '../host/reachability.ts'
-import { yamux } from '../host/yamux.ts'
 
 /**
  * Limits on each relayed connection. libp2p's defaults (128 KiB, 2 min) exist for hole punching only and would cut a
@@ -92,6 +95,8 @@ export async function startRelay (options: RelayOptions): Promise<RunningRelay> 
   if (options.tcpPort != null) listen.push(`/${ip}/${host}/tcp/${options.tcpPort}`)
   const identity = identityFromSeed(options.seed ?? generateSeed())
   const limits = options.limits ?? null
+  // the patches of the relay's dependencies (it punches no holes: no DCUtR)
+  warnInactivePatches(log, [...yamuxPatches(), ...autonatV2Patches(), ...await cryptoPatches()])
   const reachability = new ReachabilityMonitor({ log: log.child({ part: 'reachability' }) })
   const node: Libp2p<RelayServices> = await createLibp2p<RelayServices>({
     privateKey: privateKeyFromIdentity(identity),
