@@ -1,3 +1,5 @@
+// Over 400 lines on purpose: one module per patched dependency, so that an upgrade of node-llama-cpp is checked in one
+// file; each patch below stands alone.
 // Every patch meshnode makes to node-llama-cpp's private internals, and every private part it drives, in one place:
 // each is applied (or checked) once, when node-llama-cpp is first imported, and says whether it took
 // (`nodeLlamaCppPatches`). A patch checks the exact shape it was written for (a method's parameter list, a class
