@@ -7,7 +7,10 @@ import type { PeerNetworkOptions } from './network/index.ts'
 import type { AgentServiceOptions } from './agent/index.ts'
 import type { ConnectionLimits } from './http/connections.ts'
 import type { LogFormat } from './log-format.ts'
-import { DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention, type GpuChoice } from './inference/index.ts'
+import {
+  DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_PREFIX_STATE_BUDGET_BYTES, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type FlashAttention,
+  type GpuChoice
+} from './inference/index.ts'
 
 export const DEFAULT_PORT = 11435
 export const DEFAULT_HOST = '127.0.0.1'
@@ -37,6 +40,11 @@ export interface NodeConfig {
   keepAliveMs: number
   /** `serve --memory-budget`: bytes the loaded models may take together; null: what the machine has available. */
   memoryBudgetBytes: number | null
+  /**
+   * `serve --prefix-cache-gb`: bytes the long prompt prefixes saved in `<dataDir>/prefix-states` may take (0 keeps
+   * none), least recently used evicted first. Default 2 GiB.
+   */
+  prefixStateBudgetBytes: number
   /**
    * `--reset-identity`: start even though the node key or the database is missing beside the other (a new key, or a
    * fresh database, bound together). Without it such a start is refused.
@@ -97,6 +105,7 @@ export function defaultConfig (overrides: Partial<NodeConfig> = {}): NodeConfig 
     maxLoadedModels: DEFAULT_MAX_LOADED_MODELS,
     keepAliveMs: DEFAULT_KEEP_ALIVE_MS,
     memoryBudgetBytes: null,
+    prefixStateBudgetBytes: DEFAULT_PREFIX_STATE_BUDGET_BYTES,
     shutdownGraceMs: 10_000,
     resetIdentity: false,
     allowedOrigins: [],

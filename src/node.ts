@@ -108,7 +108,9 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       flashAttention: config.flashAttention,
       maxLoadedModels: config.maxLoadedModels,
       keepAliveMs: config.keepAliveMs,
-      memoryBudgetBytes: config.memoryBudgetBytes ?? undefined
+      memoryBudgetBytes: config.memoryBudgetBytes ?? undefined,
+      prefixStateDir: join(config.dataDir, 'prefix-states'),
+      prefixStateBudgetBytes: config.prefixStateBudgetBytes
     })
     cleanups.unshift(() => engine.close())
     const models = new ModelStore({ db, engine, settings, log: log.child({ part: 'models' }) },

@@ -17,9 +17,16 @@ import { defaultInferenceThreads } from './llama.ts'
 import { availableMemoryBytes, contextLengthFor, errorMessage, estimateMemoryBytes, inspectModelFile } from './model-file.ts'
 import { chatWrapperFor, ModelInstance, type InferenceLogger, type LoadedModelInfo, type LoadedModelState, type LoadReason } from './model-instance.ts'
 import { releaseTokenizerArrays } from './patches/node-llama-cpp.ts'
+import { PrefixStates } from './prefix-states.ts'
+import {
+  DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS, type EngineStats, type LoadOptions,
+  type LocalEngineEvents, type LocalEngineOptions, type UnloadReason
+} from './engine-options.ts'
 import { PromptTokenizer, TokenizerThread } from './prompt-tokens.ts'
 
 export type { InferenceLogger, LoadedModelInfo, LoadedModelState, LoadReason } from './model-instance.ts'
+export { DEFAULT_CONTEXT_SIZE, DEFAULT_KEEP_ALIVE_MS, DEFAULT_MAX_LOADED_MODELS, DEFAULT_QUEUE_SIZE, DEFAULT_SLOTS } from './engine-options.ts'
+export type { EngineStats, LoadOptions, LocalEngineEvents, LocalEngineOptions, UnloadReason } from './engine-options.ts'
 
 export interface LocalEngineDeps {
   /** Default: silent. */
@@ -28,61 +35,6 @@ export interface LocalEngineDeps {
   accelerator?: Accelerator
 }
 
-export interface LocalEngineOptions {
-  /** llama.cpp threads. Default: `os.availableParallelism() - 1`, between 1 and 4 (more oversubscribes small machines). */
-  threads?: number
-  /** Generations one model runs in parallel, each on its own context sequence. @default DEFAULT_SLOTS (2) */
-  slots?: number
-  /** Requests that may wait for one model's slot; the next one gets QueueFullError. @default DEFAULT_QUEUE_SIZE (16) */
-  queueSize?: number
-  /** Tokens one request may use, prompt and answer together, capped at the model's training context. @default DEFAULT_CONTEXT_SIZE (4096) */
-  contextSize?: number
-  /** llama.cpp's flash attention for the models' contexts, generation and embeddings (`serve --flash-attention`). @default 'auto' */
-  flashAttention?: FlashAttention
-  /** Models held in memory at once (`serve --max-loaded-models`). @default DEFAULT_MAX_LOADED_MODELS (3) */
-  maxLoadedModels?: number
-  /**
-   * Bytes the loaded models may take together, by node-llama-cpp's estimate of each model and its context
-   * (`serve --memory-budget`). Default: what the machine has available when the first model loads (Linux's
-   * MemAvailable, else free memory, plus the GPU's free VRAM), so that models never push it into swap.
-   */
-  memoryBudgetBytes?: number
-  /**
-   * How long a model loaded for a request stays after its last request settles (`serve --keep-alive`): 0 unloads it
-   * right after, -1 never. Models loaded explicitly stay until unloaded. @default DEFAULT_KEEP_ALIVE_MS (10 minutes)
-   */
-  keepAliveMs?: number
-}
-
-export interface LoadOptions {
-  /** `explicit` (the default: `load`, `serve --model`) stays until unloaded; `request` may be evicted, and unloads after the keep-alive. */
-  reason?: LoadReason
-}
-
-/** Why a model left memory: unloaded by the caller, evicted for another, idle past the keep-alive, or the engine closing. */
-export type UnloadReason = 'explicit' | 'evicted' | 'idle' | 'closing'
-
-export interface LocalEngineEvents {
-  loaded: [event: { info: LoadedModelInfo, reason: LoadReason }]
-  unloaded: [event: { modelID: string, reason: UnloadReason }]
-}
-
-export interface EngineStats {
-  slots: number
-  busySlots: number
-  queued: number
-}
-
-/** Generations one loaded model runs at once: the node's default too (src/config.ts, `serve --slots`). */
-export const DEFAULT_SLOTS = 2
-/** Requests that may wait for a slot before the next gets QueueFullError: the node's default too. */
-export const DEFAULT_QUEUE_SIZE = 16
-/** Tokens one request may use, prompt and answer together, unless the model was trained with fewer: the node's default too. */
-export const DEFAULT_CONTEXT_SIZE = 4096
-/** Models in memory at once, as Ollama's default on a CPU. */
-export const DEFAULT_MAX_LOADED_MODELS = 3
-/** How long a model loaded for a request stays after its last one, as Ollama's `keep_alive`. */
-export const DEFAULT_KEEP_ALIVE_MS = 10 * 60_000
 // We have no service-time estimate worth more than this; a client retrying after a second finds a slot or asks again.
 const QUEUE_FULL_RETRY_AFTER_SECONDS = 1
 
@@ -113,6 +65,7 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
   private closed = false
   /** Tokenizes the texts too large for the event loop, for every model this engine loads. */
   private readonly tokenizerThread = new TokenizerThread()
+  private readonly prefixStates: PrefixStates | null
 
   constructor (deps: LocalEngineDeps, options: LocalEngineOptions = {}) {
     super()
@@ -127,6 +80,9 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
     this.budgetBytes = options.memoryBudgetBytes == null ? null : integerOption('memoryBudgetBytes', options.memoryBudgetBytes, 1)
     this.budgetGiven = this.budgetBytes != null
     this.flashAttention = options.flashAttention ?? 'auto'
+    this.prefixStates = options.prefixStateDir == null
+      ? null
+      : new PrefixStates({ log: this.log }, { dir: options.prefixStateDir, budgetBytes: options.prefixStateBudgetBytes, minTokens: options.prefixStateMinTokens })
     if (!FLASH_ATTENTION_CHOICES.includes(this.flashAttention)) {
       throw new RangeError(`LocalEngine option flashAttention must be one of ${FLASH_ATTENTION_CHOICES.join(', ')}, got ${String(this.flashAttention)}`)
     }
@@ -202,6 +158,7 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
     await this.serially(async () => {
       await Promise.all([...this.models.values()].map(async (instance) => { await this.remove(instance, 'closing') }))
     })
+    await this.prefixStates?.close()
     this.tokenizerThread.close()
   }
 
@@ -381,8 +338,9 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
         totalLayers: model.fileInsights.totalLayers
       })
       const prompt = new PromptTokenizer({ thread: this.tokenizerThread, modelID, path, model, contextLength })
+      const prefixStates = kind === 'chat' ? await this.prefixStates?.keeperFor({ path, contextLength, sequences: this.slotCount }) ?? null : null
       return new ModelInstance(info, { modelID, contextLength, llama, model, chatWrapper, prompt }, reason, this.log, {
-        threads: this.threads, slots: this.slotCount, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS
+        threads: this.threads, slots: this.slotCount, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS, prefixStates
       })
     } catch (err) {
       await model.dispose()

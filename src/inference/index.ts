@@ -3,6 +3,7 @@ export type {
   LocalEngineDeps, LocalEngineOptions, LocalEngineEvents, LoadOptions, LoadedModelInfo, LoadedModelState, LoadReason, UnloadReason, EngineStats,
   InferenceLogger
 } from './engine.ts'
+export { DEFAULT_PREFIX_STATE_BUDGET_BYTES, PREFIX_STATE_MIN_TOKENS, MAX_PREFIX_STATES_PER_REQUESTER } from './prefix-states.ts'
 export { FLASH_ATTENTION_CHOICES, llamaFlashAttention } from './flash-attention.ts'
 export type { FlashAttention } from './flash-attention.ts'
 export type { ModelKind } from './model-file.ts'

@@ -15,7 +15,7 @@ import type { ModelKind } from './model-file.ts'
 export type { ModelKind } from './model-file.ts'
 import { llamaModule } from './llama.ts'
 import { checkTokenIDs } from './sampling.ts'
-import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type Requester } from './slot-cache.ts'
+import { anonymousRequester, chooseSlot, forgetSlot, prepareSlot, type PrefixKeeper, type Requester } from './slot-cache.ts'
 import { SlotPool } from './slot-pool.ts'
 import type { ModelParts, Slot, SlotWork } from './slot-work.ts'
 
@@ -70,11 +70,14 @@ export interface ModelInstanceOptions {
   slots: number
   queueSize: number
   retryAfterSeconds: number
+  /** Where slots' long prefixes are saved before they are lost, and restored from (prefix-states.ts); null keeps none. */
+  prefixStates: PrefixKeeper | null
 }
 
 interface Generation {
   context: LlamaContext
   pool: SlotPool<Slot>
+  slots: readonly Slot[]
 }
 
 /** Runs chats, completions and embeddings on one loaded model; the engine decides when it is loaded and unloaded. */
@@ -200,10 +203,22 @@ export class ModelInstance {
     this.#unloading.abort(reason)
     this.#pool?.close(reason)
     await this.idle()
-    await this.#embedder.dispose(reason)
     const generation = await this.#generation?.catch(() => null)
+    await this.#keepPrefixes(generation)
+    await this.#embedder.dispose(reason)
     await generation?.context.dispose()
     await this.#model.dispose()
+  }
+
+  /**
+   * Saves the slots' long prefixes before the context goes, once no request runs (the keeper passes over short ones,
+   * anonymous requesters' and those a failed or aborted generation left), and waits until they are on disk.
+   */
+  async #keepPrefixes (generation: Generation | null | undefined): Promise<void> {
+    const keeper = this.#options.prefixStates
+    if (keeper == null || generation == null) return
+    for (const slot of generation.slots) await keeper.keep(slot)
+    await keeper.settled()
   }
 
   #refuseEmbeddingOnly (): void {
@@ -253,7 +268,7 @@ export class ModelInstance {
     if (this.#unloading.signal.aborted) pool.close(this.#unloading.signal.reason as Error)
     this.#pool = pool
     this.#context = context
-    return { context, pool }
+    return { context, pool, slots }
   }
 
   /** Plans `request` against the model, runs it on a slot, and streams its events as they come. */
@@ -305,8 +320,9 @@ export class ModelInstance {
     const started = performance.now()
     // The slot keeps what its last generation evaluated, and node-llama-cpp evaluates only the part of this prompt
     // that differs (a chat resending its history pays for the new turn, not the whole conversation). Only within one
-    // requester: a slot holding anyone else's tokens is cleared first (slot-cache.ts).
-    const cachedTokens = await prepareSlot(slot, requester, work.tokens)
+    // requester: a slot holding anyone else's tokens is cleared first (slot-cache.ts). A long prefix the slot would
+    // lose is saved to disk first, and one saved earlier that serves this prompt better is restored (prefix-states.ts).
+    const cachedTokens = await prepareSlot(slot, requester, work.tokens, this.#options.prefixStates)
     const done = await work.run(slot, (event) => { events.push(event) }, signal)
     const usage = { ...done.usage, cachedTokens }
     this.#log.debug({ modelID: this.info.modelID, finishReason: done.finishReason, ...usage, ms: Math.round(performance.now() - started) }, 'generation finished')

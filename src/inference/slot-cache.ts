@@ -11,7 +11,8 @@ export type Requester = string
 
 /** A slot's prompt-cache state, kept beside its context sequence. */
 export interface CachedSlot {
-  readonly sequence: Pick<LlamaContextSequence, 'compareContextTokens' | 'nextTokenIndex' | 'clearHistory'>
+  readonly sequence: Pick<LlamaContextSequence, 'compareContextTokens' | 'nextTokenIndex' | 'clearHistory' | 'eraseContextTokenRanges' | 'contextTokens' |
+    'saveStateToFile' | 'loadStateFromFile'>
   /** Whose tokens the sequence holds; null when nobody's: empty, or left by a failed or aborted generation. */
   owner: Requester | null
   /** When the slot was last handed out (`performance.now()`), for least-recently-used eviction. */
@@ -21,6 +22,29 @@ export interface CachedSlot {
 /** A requester no other request shares: what a caller that names none gets, so its cache is never reused. */
 export function anonymousRequester (): Requester {
   return `anonymous:${randomUUID()}`
+}
+
+/** Whether `requester` is one of `anonymousRequester`'s: nothing of its slots is ever kept for later. */
+export function isAnonymous (requester: Requester): boolean {
+  return requester.startsWith('anonymous:')
+}
+
+/**
+ * Where a slot's long prefix goes before the slot loses it, and where it comes back from (prefix-states.ts). A state
+ * that cannot be saved is not kept and one that cannot be restored is not used: neither fails the request; only a
+ * slot that cannot be cleared does, as it would without them.
+ */
+export interface PrefixKeeper {
+  /** Saves what the slot holds for its owner, if it is worth keeping; resolves once the sequence may be used again. */
+  keep (slot: CachedSlot): Promise<void>
+  /**
+   * Loads into the slot the requester's saved prefix that shares the most of `tokens`, when it shares more than the
+   * `held` tokens the slot already holds for them (what the slot holds is kept first). A state that fails its checks
+   * is dropped and leaves the slot as it was or empty: the request is then answered from what the slot holds.
+   */
+  restore (slot: CachedSlot, requester: Requester, tokens: readonly Token[], held: number): Promise<void>
+  /** Resolves once every state `keep` has begun to save is on disk and indexed (or given up). */
+  settled (): Promise<void>
 }
 
 /** How many of `tokens` a slot's sequence already holds; at least one token is always evaluated (for its logits). */
@@ -64,17 +88,20 @@ export function chooseSlot (free: readonly CachedSlot[], requester: Requester, t
 
 /**
  * Makes a slot the requester's before its generation: a slot holding someone else's tokens (or a failed
- * generation's) is cleared. Returns how many prompt tokens the generation will reuse rather than evaluate; the
- * generation (LlamaChat, LlamaCompletion or our token loop) trims the sequence to that shared prefix itself.
+ * generation's) is cleared, its owner's long prefix saved first when there is a `keeper`; and a saved prefix of the
+ * requester's that shares more of the prompt than the slot holds is restored into it. Returns how many prompt tokens
+ * the generation will reuse rather than evaluate; the generation (LlamaChat, LlamaCompletion or our token loop) trims
+ * the sequence to that shared prefix itself.
  */
-export async function prepareSlot (slot: CachedSlot, requester: Requester, tokens: readonly Token[]): Promise<number> {
+export async function prepareSlot (slot: CachedSlot, requester: Requester, tokens: readonly Token[], keeper: PrefixKeeper | null = null): Promise<number> {
   slot.lastUsed = performance.now()
   if (slot.owner !== requester) {
+    if (keeper != null && slot.owner != null) await keeper.keep(slot)
     slot.owner = null // a clear that fails leaves the slot nobody's, so it is cleared again before the next use
     if (slot.sequence.nextTokenIndex > 0) await slot.sequence.clearHistory()
     slot.owner = requester
-    return 0
   }
+  if (keeper != null) await keeper.restore(slot, requester, tokens, reusable(slot, tokens))
   return reusable(slot, tokens)
 }
 

@@ -20,6 +20,7 @@ interface ServeOptions {
   maxLoadedModels?: string
   keepAlive?: string
   memoryBudget?: string
+  prefixCacheGb?: string
   allowedOrigin: string[]
   allowedHost: string[]
   p2pListen: string[]
@@ -51,6 +52,7 @@ export function registerServe (program: Command): void {
     .option('--max-loaded-models <n>', `models held in memory at once (default ${DEFAULT_MAX_LOADED_MODELS})`)
     .option('--keep-alive <duration>', 'how long a model loaded for a request stays after its last one: 30s, 10m, 1h, 0 (unload right after) or -1 (never) (default 10m); models loaded with `models load` or --model stay')
     .option('--memory-budget <GiB>', 'memory the loaded models may take together, by node-llama-cpp\'s estimate of each model and context (default: what the machine has available when the first model loads, RAM plus free VRAM)')
+    .option('--prefix-cache-gb <GiB>', 'disk the long prompt prefixes saved for agents may take, so that a swap or restart does not evaluate them again (default 2; 0 keeps none)')
     .option('--allowed-origin <origin>', 'browser origin allowed to call the API (repeatable)', collect, [])
     .option('--allowed-host <host>', 'extra host name the API may be addressed by (repeatable)', collect, [])
     .option('--model <path|id>', 'load this model at start: a GGUF file (imported where it is) or a model id (downloaded first if need be)')
@@ -77,6 +79,7 @@ export function registerServe (program: Command): void {
         maxLoadedModels: options.maxLoadedModels == null ? defaults.maxLoadedModels : wholeNumber('--max-loaded-models', options.maxLoadedModels, 1, 64),
         keepAliveMs: options.keepAlive == null ? defaults.keepAliveMs : keepAlive(options.keepAlive),
         memoryBudgetBytes: options.memoryBudget == null ? null : memoryBudget(options.memoryBudget),
+        prefixStateBudgetBytes: options.prefixCacheGb == null ? defaults.prefixStateBudgetBytes : prefixCache(options.prefixCacheGb),
         allowedOrigins: options.allowedOrigin,
         allowedHosts: options.allowedHost,
         p2pListen: options.p2pListen.length > 0 ? options.p2pListen : null,
@@ -207,6 +210,13 @@ export function keepAlive (value: string): number {
 function memoryBudget (value: string): number {
   const gib = Number(value)
   if (value.trim() === '' || !Number.isFinite(gib) || gib <= 0 || gib > 1_048_576) throw new UsageError(`--memory-budget must be a number of GiB above 0, like 8 or 0.5, not ${value}`)
+  return Math.round(gib * 1024 ** 3)
+}
+
+/** `--prefix-cache-gb` in GiB (decimals allowed; 0 keeps none), as bytes. */
+function prefixCache (value: string): number {
+  const gib = Number(value)
+  if (value.trim() === '' || !Number.isFinite(gib) || gib < 0 || gib > 1_048_576) throw new UsageError(`--prefix-cache-gb must be a number of GiB, 0 or more, like 2 or 0.5, not ${value}`)
   return Math.round(gib * 1024 ** 3)
 }
 
