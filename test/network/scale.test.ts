@@ -37,7 +37,7 @@ const SCALE_NETWORK: PeerNetworkOptions = {
 
 /** Starts `n` nodes behind a relay of their own (stopped when the test ends) and waits until they have joined and are
  *  idle: every node holds a relay connection and a peer, 95 % of them know 95 % of the others, every node has caught
- *  up, and no advert has changed for as long as a pull reaches back. */
+ *  up, and on 95 % of them no advert has changed for as long as a pull reaches back. */
 async function joinedNetwork (t: TestContext, n: number): Promise<LightCluster> {
   const relay = await startRelay({ port: 0, inboundConnectionsPerSecond: 100_000 })
   t.after(async () => { await relay.stop() })
@@ -50,11 +50,12 @@ async function joinedNetwork (t: TestContext, n: number): Promise<LightCluster> 
     timeoutMs: 300_000, intervalMs: 500, what: `95 % of ${n} nodes to know 95 % of the others`
   })
   await waitFor(async () => (await cluster.stats()).every(node => !node.joining), { timeoutMs: 300_000, intervalMs: 500, what: `every one of ${n} nodes to finish its join` })
-  // Idle: no advert changed within what a pull reaches back to. Until then a pull still brings the adverts of the join's
-  // last nodes, and a larger network's join ends later: its idle window would count part of the join.
+  // Idle: no advert changed within what a pull reaches back to, on 95 % of the nodes (as above: on a starved machine a
+  // few nodes keep re-learning adverts of peers whose renewals came late). Until then a pull still brings the adverts
+  // of the join's last nodes, and a larger network's join ends later: its idle window would count part of the join.
   const pullReachMs = (SCALE_NETWORK.adverts?.pullMs ?? 0) + ADVERT_PULL_WINDOW_MARGIN_MS
-  await waitFor(async () => (await cluster.stats()).every(node => node.advertsQuietMs > pullReachMs), {
-    timeoutMs: 300_000, intervalMs: 1_000, what: `no advert to change on any of ${n} nodes for ${pullReachMs / 1000} s`
+  await waitFor(async () => (await cluster.stats()).filter(node => node.advertsQuietMs > pullReachMs).length >= Math.ceil(0.95 * n), {
+    timeoutMs: 300_000, intervalMs: 1_000, what: `no advert to change on 95 % of ${n} nodes for ${pullReachMs / 1000} s`
   })
   return cluster
 }
