@@ -57,6 +57,7 @@ export class MembershipStore {
   readonly #nodeID: string
   /** This node's certificates of the memberships in effect, signature checked; null until asked after a change. */
   #own: OwnEntry[] | null = null
+  readonly #now: () => number
 
   readonly #selectMemberships: StatementSync
   readonly #selectMembership: StatementSync
@@ -71,10 +72,14 @@ export class MembershipStore {
   readonly #selectUsedInvite: StatementSync
   readonly #insertUsedInvite: StatementSync
 
-  /** @param deps.nodeID this node: whose certificates the memberships hold */
-  constructor (deps: { db: Database, nodeID: string }) {
+  /**
+   * @param deps.nodeID this node: whose certificates the memberships hold
+   * @param options.now the clock certificates are judged by. @default Date.now
+   */
+  constructor (deps: { db: Database, nodeID: string }, options: { now?: () => number } = {}) {
     this.#db = deps.db
     this.#nodeID = deps.nodeID
+    this.#now = options.now ?? (() => Date.now())
     const db = deps.db
     const columns = 'ptn_id, name, role, status, cert_data'
     this.#selectMemberships = db.prepare(`SELECT ${columns} FROM ptn_memberships ORDER BY joined_at, rowid`)
@@ -136,7 +141,7 @@ export class MembershipStore {
   }
 
   /** The certificates of the memberships in effect that are valid at `now`, oldest joined first. */
-  validOwnCertificates (now: number = Date.now()): OwnCertificate[] {
+  validOwnCertificates (now: number = this.#now()): OwnCertificate[] {
     this.#own ??= this.#openOwn()
     return this.#own.filter(({ cert }) => isValidAt(cert, now)).map(({ ptnID, certData }) => ({ ptnID, certData }))
   }
@@ -152,7 +157,7 @@ export class MembershipStore {
 
   /** Stores a verified certificate of this node as its membership, and notes the issuer as an admin. */
   becomeMember (certData: string, status: 'active' | 'recovered'): void {
-    const cert = verifyCertificate(certData, { nodeID: this.#nodeID })
+    const cert = verifyCertificate(certData, { nodeID: this.#nodeID, now: this.#now() })
     this.#write(() => {
       // Checked again inside the transaction: two joins racing on this node cannot both become the membership.
       if (status === 'active') this.refuseIfInEffect(cert.ptnID)

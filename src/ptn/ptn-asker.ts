@@ -19,6 +19,8 @@ export interface PtnAskerDeps {
 export interface PtnAskerOptions {
   /** Deadline of one exchange with another node. @default 10_000 */
   requestTimeoutMs?: number
+  /** The clock the certificates admins answer with are judged by, in epoch milliseconds. @default Date.now */
+  now?: () => number
 }
 
 /**
@@ -32,6 +34,7 @@ export class PtnAsker {
   readonly #store: MembershipStore
   readonly #certificates: VerifiedCertificates
   readonly #requestTimeoutMs: number
+  readonly #now: () => number
 
   constructor (deps: PtnAskerDeps, options: PtnAskerOptions = {}) {
     this.#identity = deps.identity
@@ -39,6 +42,7 @@ export class PtnAsker {
     this.#store = deps.store
     this.#certificates = deps.certificates
     this.#requestTimeoutMs = options.requestTimeoutMs ?? 10_000
+    this.#now = options.now ?? (() => Date.now())
   }
 
   async ask (nodeID: string, request: PtnRequest, options: { signal?: AbortSignal }): Promise<PtnReply> {
@@ -79,7 +83,7 @@ export class PtnAsker {
   certificateFrom (reply: PtnReply, from: string, ptnID: string): string {
     if (reply.type !== 'cert') throw new UnavailableError(`Node ${from} gave an unexpected answer (${reply.type}) instead of a certificate`)
     try {
-      verifyCertificate(reply.certData, { ptnID, nodeID: this.#identity.nodeID })
+      verifyCertificate(reply.certData, { ptnID, nodeID: this.#identity.nodeID, now: this.#now() })
     } catch (err) {
       if (!(err instanceof InvalidCertificateError)) throw err
       // The admin's fault, not the caller's request: the step could not be completed with that node.

@@ -21,6 +21,8 @@ export interface PtnAuthorityOptions {
   certificateTtlMs?: number
   /** Validity of the invite codes this node makes. @default 1 hour */
   inviteTtlMs?: number
+  /** The clock certificates and invites are issued by, in epoch milliseconds. @default Date.now */
+  now?: () => number
 }
 
 /** A PTN this node administers, with its CA. */
@@ -42,6 +44,7 @@ export class PtnAuthority {
   readonly #log: Logger
   readonly #certificateTtlMs: number
   readonly #inviteTtlMs: number
+  readonly #now: () => number
 
   constructor (deps: PtnAuthorityDeps, options: PtnAuthorityOptions = {}) {
     this.#identity = deps.identity
@@ -51,6 +54,7 @@ export class PtnAuthority {
     this.#log = deps.log
     this.#certificateTtlMs = options.certificateTtlMs ?? DEFAULT_CERTIFICATE_TTL_MS
     this.#inviteTtlMs = options.inviteTtlMs ?? INVITE_TTL_MS
+    this.#now = options.now ?? (() => Date.now())
   }
 
   /** Creates a PTN with a new CA key; this node is its first admin and CA. */
@@ -68,7 +72,7 @@ export class PtnAuthority {
   /** A signed, single-use invite code, valid for an hour, redeemable at this node (an admin). */
   invite (ptnID: string): { inviteCode: string } {
     const { row, ca } = this.requireAdmin(ptnID)
-    return { inviteCode: createInvite(ca, { ptnName: row.name, adminNodeID: this.#identity.nodeID, ttlMs: this.#inviteTtlMs }) }
+    return { inviteCode: createInvite(ca, { ptnName: row.name, adminNodeID: this.#identity.nodeID, now: this.#now(), ttlMs: this.#inviteTtlMs }) }
   }
 
   /** Signs a certificate for `nodeID` (the role defaults to `provider`); that node joins with it. */
@@ -115,7 +119,7 @@ export class PtnAuthority {
 
   /** Signs a certificate of `ptnName` for `nodeID` with `ca`, valid for the certificate TTL from now. */
   issue (ca: NodeIdentity, ptnName: string, nodeID: string, role: PtnRole): string {
-    return issueCertificate(ca, { ptnName, nodeID, role, issuerNodeID: this.#identity.nodeID, ttlMs: this.#certificateTtlMs })
+    return issueCertificate(ca, { ptnName, nodeID, role, issuerNodeID: this.#identity.nodeID, now: this.#now(), ttlMs: this.#certificateTtlMs })
   }
 
   /** The membership and CA of a PTN this node administers; 404, 403 or 409 (key missing) otherwise. */

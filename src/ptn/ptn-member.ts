@@ -21,6 +21,11 @@ export interface PtnMemberDeps {
   log: Logger
 }
 
+export interface PtnMemberOptions {
+  /** The clock certificates and invites this node receives are judged by, in epoch milliseconds. @default Date.now */
+  now?: () => number
+}
+
 type Joined = { ptnID: string, name: string, role: PtnRole, status: 'active' }
 
 /**
@@ -34,19 +39,21 @@ export class PtnMember {
   readonly #authority: PtnAuthority
   readonly #asker: PtnAsker
   readonly #log: Logger
+  readonly #now: () => number
 
-  constructor (deps: PtnMemberDeps) {
+  constructor (deps: PtnMemberDeps, options: PtnMemberOptions = {}) {
     this.#identity = deps.identity
     this.#store = deps.store
     this.#keys = deps.keys
     this.#authority = deps.authority
     this.#asker = deps.asker
     this.#log = deps.log
+    this.#now = options.now ?? (() => Date.now())
   }
 
   /** Joins with a certificate an admin issued for this node: the role is the certificate's. */
   joinWithCertificate (certData: string): Joined {
-    const cert = verifyCertificate(certData, { nodeID: this.#identity.nodeID })
+    const cert = verifyCertificate(certData, { nodeID: this.#identity.nodeID, now: this.#now() })
     this.#store.becomeMember(certData, 'active')
     this.#log.info({ ptnID: cert.ptnID, role: cert.role }, 'joined PTN with a certificate')
     return { ptnID: cert.ptnID, name: cert.ptnName, role: cert.role, status: 'active' }
@@ -58,7 +65,7 @@ export class PtnMember {
    * invite for another node).
    */
   async join (inviteCode: string, options: { signal?: AbortSignal } = {}): Promise<Joined> {
-    const invite = verifyInvite(inviteCode)
+    const invite = verifyInvite(inviteCode, { now: this.#now() })
     this.#store.refuseIfInEffect(invite.ptnID)
     this.#store.refuseIfFull()   // before the admin spends the single-use invite on a membership this node cannot hold
     if (invite.adminNodeID === this.#identity.nodeID) throw new ConflictError(`Invite code of PTN ${invite.ptnID} was made by this node; another node redeems it`)
@@ -69,7 +76,7 @@ export class PtnMember {
       throw new InvalidInviteError(`Invite code can no longer be redeemed: ${reply.message}`, 'void')
     }
     const certData = this.#asker.certificateFrom(reply, invite.adminNodeID, invite.ptnID)
-    const cert = verifyCertificate(certData, { ptnID: invite.ptnID, nodeID: this.#identity.nodeID })
+    const cert = verifyCertificate(certData, { ptnID: invite.ptnID, nodeID: this.#identity.nodeID, now: this.#now() })
     this.#store.becomeMember(certData, 'active')
     this.#log.info({ ptnID: cert.ptnID, admin: invite.adminNodeID }, 'joined PTN through an invite')
     return { ptnID: cert.ptnID, name: cert.ptnName, role: cert.role, status: 'active' }
@@ -117,7 +124,7 @@ export class PtnMember {
       this.#log.info({ ptnID }, 'PTN membership recovered with the CA key')
       return { status: 'recovered', ptnID }
     }
-    const issuer = row.cert_data == null ? null : checkCertificate(row.cert_data, { ptnID, allowExpired: true })?.issuerNodeID
+    const issuer = row.cert_data == null ? null : checkCertificate(row.cert_data, { ptnID, allowExpired: true, now: this.#now() })?.issuerNodeID
     const reachable = this.#asker.reachableAdmins(ptnID, issuer == null ? [] : [issuer])
     if (reachable.length === 0) throw new UnavailableError(`No admin of PTN ${ptnID} is reachable`)
     const refusals: string[] = []

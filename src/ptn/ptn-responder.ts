@@ -19,6 +19,11 @@ export interface PtnResponderDeps {
   log: Logger
 }
 
+export interface PtnResponderOptions {
+  /** The clock invites and certificates other nodes send are judged by, in epoch milliseconds. @default Date.now */
+  now?: () => number
+}
+
 /**
  * The answering side of the PTN protocol: what this node says to another node's join request (an invite it made),
  * promotion, leave notice or recover request. The asking node is the connection's remote peer, authenticated by
@@ -31,14 +36,16 @@ export class PtnResponder {
   readonly #keys: CaKeyStore
   readonly #authority: PtnAuthority
   readonly #log: Logger
+  readonly #now: () => number
 
-  constructor (deps: PtnResponderDeps) {
+  constructor (deps: PtnResponderDeps, options: PtnResponderOptions = {}) {
     this.#identity = deps.identity
     this.#peers = deps.peers
     this.#store = deps.store
     this.#keys = deps.keys
     this.#authority = deps.authority
     this.#log = deps.log
+    this.#now = options.now ?? (() => Date.now())
   }
 
   /** Registers the PTN protocol on the peer network, so admins and members can reach this node. */
@@ -62,7 +69,7 @@ export class PtnResponder {
   #redeemInvite (ptnID: string, inviteCode: string, from: string): PtnReply {
     let invite
     try {
-      invite = verifyInvite(inviteCode)
+      invite = verifyInvite(inviteCode, { now: this.#now() })
     } catch (err) {
       if (!(err instanceof InvalidInviteError)) throw err
       return refused('invite_invalid', err.message)
@@ -81,7 +88,7 @@ export class PtnResponder {
     let ca: NodeIdentity
     try {
       ca = caFromHex(keyHex, ptnID)
-      const cert = verifyCertificate(certData, { ptnID, nodeID: this.#identity.nodeID })
+      const cert = verifyCertificate(certData, { ptnID, nodeID: this.#identity.nodeID, now: this.#now() })
       if (cert.role !== 'admin') throw new InvalidCertificateError(`Certificate grants role ${cert.role}, not admin`, 'wrong_role')
     } catch (err) {
       if (err instanceof CaKeyMismatchError) return refused('key_mismatch', err.message)
@@ -107,7 +114,7 @@ export class PtnResponder {
     const authority = this.#authority.adminAuthority(ptnID)
     if (authority == null) return refused('not_admin', `This node is not an admin of PTN ${ptnID} holding its CA key`)
     const known = this.#store.member(ptnID, from)
-    const shown = presented == null ? null : checkCertificate(presented, { ptnID, nodeID: from, allowExpired: true })
+    const shown = presented == null ? null : checkCertificate(presented, { ptnID, nodeID: from, allowExpired: true, now: this.#now() })
     const role = known?.role ?? shown?.role
     if (role == null) return refused('not_member', `Node ${from} is not known as a member of PTN ${ptnID}`)
     const certData = this.#authority.issue(authority.ca, authority.row.name, from, role)

@@ -29,6 +29,9 @@ export interface PtnServiceOptions {
   inviteTtlMs?: number
   /** Deadline of one exchange with another node. @default 10_000 */
   requestTimeoutMs?: number
+  /** The clock certificates and invites are issued and judged by, in epoch milliseconds; every part shares it, so a
+   *  test can move time past an expiry instead of waiting for it. @default Date.now */
+  now?: () => number
 }
 
 /**
@@ -48,14 +51,15 @@ export class PtnService {
 
   constructor (deps: PtnServiceDeps, options: PtnServiceOptions) {
     const { db, identity, peers, log } = deps
+    const { now } = options
     const keys = new CaKeyStore({ dir: options.dir })
-    this.#store = new MembershipStore({ db, nodeID: identity.nodeID })
-    this.#certificates = new VerifiedCertificates()
-    this.#asker = new PtnAsker({ identity, peers, store: this.#store, certificates: this.#certificates }, { requestTimeoutMs: options.requestTimeoutMs })
+    this.#store = new MembershipStore({ db, nodeID: identity.nodeID }, { now })
+    this.#certificates = new VerifiedCertificates({ now })
+    this.#asker = new PtnAsker({ identity, peers, store: this.#store, certificates: this.#certificates }, { requestTimeoutMs: options.requestTimeoutMs, now })
     this.#authority = new PtnAuthority({ identity, store: this.#store, keys, asker: this.#asker, log },
-      { certificateTtlMs: options.certificateTtlMs, inviteTtlMs: options.inviteTtlMs })
-    this.#member = new PtnMember({ identity, store: this.#store, keys, authority: this.#authority, asker: this.#asker, log })
-    this.#responder = new PtnResponder({ identity, peers, store: this.#store, keys, authority: this.#authority, log })
+      { certificateTtlMs: options.certificateTtlMs, inviteTtlMs: options.inviteTtlMs, now })
+    this.#member = new PtnMember({ identity, store: this.#store, keys, authority: this.#authority, asker: this.#asker, log }, { now })
+    this.#responder = new PtnResponder({ identity, peers, store: this.#store, keys, authority: this.#authority, log }, { now })
   }
 
   /** Registers the PTN protocol on the peer network, so admins and members can reach this node. */

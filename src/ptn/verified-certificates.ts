@@ -15,10 +15,15 @@ export const MAX_REMEMBERED_CERTIFICATES = 4096
 export class VerifiedCertificates {
   readonly #opened = new Map<string, OpenedCertificate | null>()
   readonly #maxEntries: number
+  readonly #now: () => number
 
-  /** @param options.maxEntries texts remembered. @default MAX_REMEMBERED_CERTIFICATES */
-  constructor (options: { maxEntries?: number } = {}) {
+  /**
+   * @param options.maxEntries texts remembered. @default MAX_REMEMBERED_CERTIFICATES
+   * @param options.now the clock a check without its own `now` judges validity by. @default Date.now
+   */
+  constructor (options: { maxEntries?: number, now?: () => number } = {}) {
     this.#maxEntries = options.maxEntries ?? MAX_REMEMBERED_CERTIFICATES
+    this.#now = options.now ?? (() => Date.now())
   }
 
   /** Like `checkCertificate`: the payload when `certData` is valid for `options` now, null when it counts for nothing. */
@@ -27,7 +32,7 @@ export class VerifiedCertificates {
     if (cert == null) return null
     if (options.ptnID != null && cert.payload.ptnID !== options.ptnID) return null
     if (options.nodeID != null && cert.payload.nodeID !== options.nodeID) return null
-    return isValidAt(cert, options.now ?? Date.now(), { allowExpired: options.allowExpired }) ? cert.payload : null
+    return isValidAt(cert, options.now ?? this.#now(), { allowExpired: options.allowExpired }) ? cert.payload : null
   }
 
   #open (certData: string): OpenedCertificate | null {

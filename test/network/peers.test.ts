@@ -1,33 +1,19 @@
-import { test, type TestContext } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import OpenAI from 'openai'
 import { readSse } from '../../src/cli/sse.ts'
-import type { NodeConfig } from '../../src/config.ts'
-import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
-import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings, type TestRelay } from '../support/network.ts'
+import { tempDir, waitFor, type TestNode } from '../support/node.ts'
+import { FAST_NETWORK, startTestRelay, waitForPeers } from '../support/network.ts'
+import { metric, startPeer } from '../support/peers.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const MODEL = 'tiny-chat'
+const SERVED = 'meshnode_peer_requests_served_total'
 const hello = [{ role: 'user' as const, content: 'Tell me a story about a cat.' }]
 
 function openaiFor (node: TestNode): OpenAI {
   return new OpenAI({ baseURL: `${node.node.url}/v1`, apiKey: 'sk-local-dummy', maxRetries: 0, timeout: 60_000 })
-}
-
-/** A node that loads `modelPath` (if given) before it joins the relay, so its first record already names the model. */
-async function startPeer (t: TestContext, relay: TestRelay, options: { modelPath?: string, settings?: Record<string, unknown>, config?: Partial<NodeConfig> } = {}): Promise<TestNode> {
-  const node = await startTestNode(t, { network: FAST_NETWORK, ...options.config })
-  if (options.modelPath != null) await node.node.engine.load(MODEL, options.modelPath)
-  const res = await node.api.patch('/v1/app/settings', { ...options.settings, ...wanSettings(relay) })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  return node
-}
-
-async function servedCount (node: TestNode): Promise<number> {
-  const text = (await node.api.get('/metrics')).body as string
-  const line = text.split('\n').find(l => l.startsWith('meshnode_peer_requests_served_total'))
-  return line == null ? 0 : Number(line.split(' ').at(-1))
 }
 
 test('three nodes and a relay: discovery, the peers API, remote streamed inference through the openai client, failover', async (t) => {
@@ -40,8 +26,8 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
   // is depends on the measured latencies (then on price), so the test asks.
   const servers = { slots: 1, contextSize: 4096, network: { ...FAST_NETWORK, loadPushIntervalMs: 600_000 } }
   const a = await startPeer(t, relay, { config: { network: { ...FAST_NETWORK, pingIntervalMs: 600_000 } } })
-  const b = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 0 }, config: servers })
-  const c = await startPeer(t, relay, { modelPath: path, settings: { electricity_cost: 1000 }, config: servers })
+  const b = await startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 0 }, config: servers })
+  const c = await startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 1000 }, config: servers })
   await Promise.all([waitForPeers(a, [b.nodeID, c.nodeID]), waitForPeers(b, [a.nodeID, c.nodeID]), waitForPeers(c, [a.nodeID, b.nodeID])])
   const openai = openaiFor(a)
   // A peer is listed once its record is in; its latency follows the first ping that gets through (a first one can
@@ -87,6 +73,7 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
   })
 
   await t.test('a node with no model streams an answer served by the best peer, token by token, with real usage', async () => {
+    const [firstBefore, secondBefore] = [await metric(first.api, SERVED), await metric(second.api, SERVED)]
     const { data: stream, response } = await openai.chat.completions.create({
       model: MODEL, messages: hello, max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true }
     }).withResponse()
@@ -104,19 +91,19 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     assert.equal(streamed, local.choices[0].message.content)
     const { response: plain } = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 3 }).withResponse()
     assert.equal(plain.headers.get('x-served-by'), `peer:${first.nodeID}`)
-    assert.equal(await servedCount(first), 2)
-    assert.equal(await servedCount(second), 0)
+    assert.equal(await metric(first.api, SERVED), firstBefore + 2, 'the streamed and the plain request, not the local one')
+    assert.equal(await metric(second.api, SERVED), secondBefore)
   })
 
   await t.test('a model neither here nor on a peer is a 404 naming it, with where to see the models there are', async () => {
-    const before = await servedCount(first)
+    const before = await metric(first.api, SERVED)
     await assert.rejects(openai.chat.completions.create({ model: 'no-such-model', messages: hello, max_tokens: 3 }), (err: unknown) => {
       assert.ok(err instanceof OpenAI.NotFoundError)
       assert.equal(err.status, 404)
       assert.match(err.message, /no-such-model.*no peer serves it.*`meshnode models list` shows/)
       return true
     })
-    assert.equal(await servedCount(first), before)
+    assert.equal(await metric(first.api, SERVED), before)
   })
 
   await t.test('the first chosen peer is killed before it answers: the request fails over to the next peer', async () => {
@@ -131,7 +118,7 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     t.after(() => { holder.abort() })
     await waitFor(() => first.node.engine.stats().busySlots === 1, { what: 'the first peer busy with its own request' })
 
-    const secondBefore = await servedCount(second)
+    const secondBefore = await metric(second.api, SERVED)
     const response = await fetch(`${a.node.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -164,7 +151,7 @@ test('three nodes and a relay: discovery, the peers API, remote streamed inferen
     assert.ok(text.length > 0)
     assert.deepEqual(named, [`peer:${first.nodeID}`, `peer:${second.nodeID}`], 'the last node named is the peer that answered, after failover')
     assert.equal(usage?.completion_tokens, 6)
-    assert.equal(await servedCount(second), secondBefore + 1, 'the second peer answered it')
+    assert.equal(await metric(second.api, SERVED), secondBefore + 1, 'the second peer answered it')
     await waitFor(() => !a.node.network.isKnownPeer(first.nodeID), { what: 'A to drop the killed peer' })
     assert.deepEqual((await a.api.get('/v1/app/peers')).body.peers.map((p: { nodeID: string }) => p.nodeID), [second.nodeID])
     const next = await openai.chat.completions.create({ model: MODEL, messages: hello, max_tokens: 2 }).withResponse()

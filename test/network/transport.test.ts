@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import { test, type TestContext } from 'node:test'
-import { setTimeout as delay } from 'node:timers/promises'
 import type { PeerId, Stream } from '@libp2p/interface'
 import { pino } from 'pino'
 import { z } from 'zod'
@@ -12,17 +11,9 @@ import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/w
 import { createPeerHost, handleProtocol, nodeIDToPeerId, openStream, peerIdFromIdentity, peerIdToNodeID, type PeerHost } from '../../src/network/host/libp2p-node.ts'
 import { relayMultiaddrFromUrl, startRelay, type RunningRelay } from '../../src/network/relay/relay.ts'
 import { WanClient } from '../../src/network/wan/wan.ts'
+import { waitFor } from '../support/node.ts'
 
 const log = pino({ level: process.env.MESHNODE_TEST_LOG ?? 'silent' })
-
-/** Polls a condition until it holds; fails with `what` at the deadline. */
-async function waitFor (what: string, condition: () => boolean, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`)
-    await delay(25)
-  }
-}
 
 function isProtocolError (code: ProtocolError['code']): (err: unknown) => boolean {
   return (err) => {
@@ -147,7 +138,7 @@ await test('nodes meet through the relay directory, stream 1 MiB over a relayed 
     nodes.every(node => node.wan.peers().length === 2 && nodes.every(other => other === node || node.host.getConnections(other.host.peerId).length > 0))
 
   await t.test('all three register and see each other', async () => {
-    await waitFor('every node to discover the other two', allMet)
+    await waitFor(allMet, { what: 'every node to discover the other two' })
     assert.ok(a.wan.relayPeerId?.equals(relay.peerId), 'the node learned the relay peer id from a ws:// URL')
     const listed = new Set(relay.directory.list().map(envelope => envelope.signer))
     assert.deepEqual(listed, new Set(nodes.map(node => node.identity.nodeID)))
@@ -233,13 +224,13 @@ await test('nodes meet through the relay directory, stream 1 MiB over a relayed 
     const lost = new Map(nodes.map(node => [node, new Set<string>()]))
     for (const node of nodes) node.wan.on('peer:lost', (nodeID) => { lost.get(node)?.add(nodeID) })
     await relay.stop()
-    await waitFor('every node to notice the relay is gone', () => nodes.every(node => !node.wan.relayConnected))
+    await waitFor(() => nodes.every(node => !node.wan.relayConnected), { what: 'every node to notice the relay is gone' })
     // Their connections to each other ran through the relay, so each has lost the other two.
-    await waitFor('every node to lose the other two', () => nodes.every(node => lost.get(node)?.size === 2 && node.wan.peers().length === 0))
+    await waitFor(() => nodes.every(node => lost.get(node)?.size === 2 && node.wan.peers().length === 0), { what: 'every node to lose the other two' })
     relay = await startRelay({ port: relayPort, seed: relaySeed, log })
     assert.ok(relay.peerId.equals(oldPeerId))
     assert.equal(relay.directory.list().length, 0)
-    await waitFor('every node to re-register and reconnect to the other two', allMet)
+    await waitFor(allMet, { what: 'every node to re-register and reconnect to the other two' })
   })
 })
 
@@ -253,7 +244,7 @@ await test('through a relay with finite limits: connections are limited, our pro
     return host
   }))
   await serveBulk(y)
-  await waitFor('a reservation at the relay', () => y.getMultiaddrs().some(ma => ma.toString().includes('/p2p-circuit')))
+  await waitFor(() => y.getMultiaddrs().some(ma => ma.toString().includes('/p2p-circuit')), { what: 'a reservation at the relay' })
   const circuit = y.getMultiaddrs().find(ma => ma.toString().includes('/p2p-circuit'))
   assert.ok(circuit != null)
   await x.dial(circuit)

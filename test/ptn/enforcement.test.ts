@@ -10,19 +10,12 @@ import { PtnService, issueCertificate } from '../../src/ptn/index.ts'
 import { openDatabase } from '../../src/store/index.ts'
 import { TINY_MODEL_ID, startChatNode } from '../support/chat-node.ts'
 import { FAST_NETWORK, startTestRelay, startWanNode, waitForPeers, wanSettings } from '../support/network.ts'
-import { tempDir, waitFor, type Api, type TestNode } from '../support/node.ts'
+import { tempDir, waitFor, type TestNode } from '../support/node.ts'
+import { metric } from '../support/peers.ts'
 import { decodeDocument, encodeDocument } from '../support/ptn.ts'
 
 const HOUR = 60 * 60_000
 const messages = [{ role: 'user', content: 'Tell me a story.' }]
-
-async function servedForPeers (api: Api): Promise<number> {
-  const res = await api.get('/metrics')
-  assert.equal(res.status, 200)
-  return String(res.body).split('\n')
-    .filter(line => line.startsWith('meshnode_peer_requests_served_total'))
-    .reduce((sum, line) => sum + Number(line.split(' ').at(-1)), 0)
-}
 
 async function chat (node: TestNode, headers: Record<string, string> = {}, extra: Record<string, unknown> = {}): Promise<{ status: number, servedBy: string | null, body: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
   const res = await node.api.post('/v1/chat/completions', { model: TINY_MODEL_ID, messages, max_tokens: 3, ...extra }, headers)
@@ -41,7 +34,7 @@ test('a PTN-scoped chat request never reaches a non-member, even the only peer w
   const open = await chat(requester)
   assert.equal(open.status, 200, JSON.stringify(open.body))
   assert.equal(open.servedBy, `peer:${provider.nodeID}`)
-  assert.equal(await servedForPeers(provider.api), 1)
+  assert.equal(await metric(provider.api, 'meshnode_peer_requests_served_total'), 1)
 
   // The requester's own PTN, of which the provider is no member: scoped requests find no one and reach no one.
   const { body: { ptnID } } = await requester.api.post('/v1/app/ptn/create', { name: 'lab' })
@@ -50,13 +43,13 @@ test('a PTN-scoped chat request never reaches a non-member, even the only peer w
     assert.equal(scoped.body.error.type, 'service_unavailable')
     assert.match(scoped.body.error.message, new RegExp(`no member of PTN ${ptnID}`))
   }
-  assert.equal(await servedForPeers(provider.api), 1, 'the non-member was never asked')
+  assert.equal(await metric(provider.api, 'meshnode_peer_requests_served_total'), 1, 'the non-member was never asked')
 
   // org_capacity_reservation 1: every slot of the provider is kept for members of its PTNs; the requester is none yet.
   assert.equal((await provider.api.patch('/v1/app/settings', { org_capacity_reservation: 1 })).status, 200)
   const refused = await chat(requester)
   assert.notEqual(refused.status, 200)
-  assert.equal(await servedForPeers(provider.api), 1)
+  assert.equal(await metric(provider.api, 'meshnode_peer_requests_served_total'), 1)
 
   // The provider joins the PTN: now it is a verified member for the requester, and the requester one for it.
   const { body: { certData } } = await requester.api.post('/v1/app/ptn/issue-cert', { ptnID, nodeID: provider.nodeID })
@@ -67,7 +60,7 @@ test('a PTN-scoped chat request never reaches a non-member, even the only peer w
   assert.equal(member.servedBy, `peer:${provider.nodeID}`)
   const reserved = await chat(requester)
   assert.equal(reserved.status, 200, 'a member may use the reserved slots')
-  assert.equal(await servedForPeers(provider.api), 3)
+  assert.equal(await metric(provider.api, 'meshnode_peer_requests_served_total'), 3)
 })
 
 test('expired, forged and foreign certificates count for nothing; only valid own certificates are advertised', async (t) => {
@@ -75,7 +68,10 @@ test('expired, forged and foreign certificates count for nothing; only valid own
   const db = openDatabase(join(dir, 'meshnode.db'))
   t.after(() => { db.close() })
   const identity = identityFromSeed(generateSeed())
-  const ptn = new PtnService({ db, identity, peers: null, log: pino({ level: 'silent' }) }, { dir: join(dir, 'ptn'), certificateTtlMs: HOUR })
+  // The services' clock, moved by the test: a certificate expires when the test says, not after real time passes.
+  let clock = Date.now()
+  const now = (): number => clock
+  const ptn = new PtnService({ db, identity, peers: null, log: pino({ level: 'silent' }) }, { dir: join(dir, 'ptn'), certificateTtlMs: HOUR, now })
   const { ptnID } = ptn.create('lab')
   assert.equal(ptn.certificatesForAdvert().length, 1)
   assert.deepEqual(ptn.memberPtnIDs(), [ptnID])
@@ -99,12 +95,17 @@ test('expired, forged and foreign certificates count for nothing; only valid own
   assert.equal(ptn.verifyMemberCertificate(certData, peer, ca.nodeID), null, 'valid, but of another PTN')
 
   // An expired certificate, whether a peer's or this node's own, counts for nothing and is not advertised.
-  const expiring = new PtnService({ db, identity, peers: null, log: pino({ level: 'silent' }) }, { dir: join(dir, 'ptn'), certificateTtlMs: 200 })
+  const expiring = new PtnService({ db, identity, peers: null, log: pino({ level: 'silent' }) }, { dir: join(dir, 'ptn'), certificateTtlMs: 200, now })
   const expired = expiring.issueCertificate(ptnID, peer).certData
-  await waitFor(() => Date.parse(decodeDocument(expired).payload.expiresAt) < Date.now())
+  assert.deepEqual(ptn.verifiedPtnIDs(peer, [expired]), [ptnID], 'valid until it expires')
+  clock = Date.parse(decodeDocument(expired).payload.expiresAt)   // valid before expiresAt, not at it
   assert.deepEqual(ptn.verifiedPtnIDs(peer, [expired]), [])
   assert.equal((await expiring.recover(ptnID)).status, 'recovered')   // this node's own certificate, now valid for 200 ms
-  await waitFor(() => expiring.certificatesForAdvert().length === 0, { what: 'the re-signed 200 ms certificate to expire' })
+  const advertised = expiring.certificatesForAdvert()
+  assert.equal(advertised.length, 1, 'advertised while valid')
+  assert.deepEqual(expiring.memberPtnIDs(), [ptnID])
+  clock = Date.parse(decodeDocument(advertised[0]).payload.expiresAt)
+  assert.deepEqual(expiring.certificatesForAdvert(), [])
   assert.deepEqual(expiring.memberPtnIDs(), [])
   assert.equal((await ptn.recover(ptnID)).status, 'recovered', 'recover re-signs it with the CA key')
   assert.deepEqual(ptn.memberPtnIDs(), [ptnID])

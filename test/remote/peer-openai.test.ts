@@ -1,16 +1,16 @@
 // Tools, embeddings and text completions served by a peer, through the relay, in the three-node
 // test, through the official openai client against a node that does not have the model. Every answer is compared
 // with the same request answered locally by the serving peer: the peer path changes nothing in it.
-import { test, type TestContext } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import OpenAI from 'openai'
-import type { NodeConfig } from '../../src/config.ts'
 import { INFER_PROTOCOL_CHAT, InferFrame } from '../../src/remote/infer.ts'
 import { MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES } from '../../src/remote/infer-wire.ts'
 import { askPeer } from '../../src/wire/index.ts'
-import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
-import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings, type TestRelay } from '../support/network.ts'
+import { tempDir, type TestNode } from '../support/node.ts'
+import { startTestRelay, waitForPeers } from '../support/network.ts'
+import { metric, settled, startPeer } from '../support/peers.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 import { CLOCK, WEATHER, assertValidArguments } from '../support/tools.ts'
 
@@ -22,28 +22,8 @@ function openaiFor (node: TestNode): OpenAI {
   return new OpenAI({ baseURL: `${node.node.url}/v1`, apiKey: 'sk-local-dummy', maxRetries: 0, timeout: 300_000 })
 }
 
-/** No direct listen addresses: the only way between the nodes is through the relay. */
-async function startPeer (t: TestContext, relay: TestRelay, options: { model?: { id: string, path: string }, config?: Partial<NodeConfig> } = {}): Promise<TestNode> {
-  const node = await startTestNode(t, { network: FAST_NETWORK, p2pListen: [], ...options.config })
-  if (options.model != null) await node.node.engine.load(options.model.id, options.model.path)
-  // A high electricity cost makes the tiny models' prices large enough that an off-by-one would show.
-  const res = await node.api.patch('/v1/app/settings', { electricity_cost: 5000, ...wanSettings(relay) })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  return node
-}
-
-async function metric (node: TestNode, name: string): Promise<number> {
-  const text = (await node.api.get('/metrics')).body as string
-  const line = text.split('\n').find(l => l.startsWith(name))
-  return line == null ? 0 : Number(line.split(' ').at(-1))
-}
-
 async function balanceMicro (node: TestNode): Promise<number> {
   return Math.round(((await node.api.get('/v1/app/wallet')).body as { currentBalance: number }).currentBalance * 1e6)
-}
-
-async function settled (nodes: TestNode[]): Promise<void> {
-  await waitFor(async () => (await Promise.all(nodes.map(async (n) => (await n.api.get('/v1/app/wallet')).body.pendingTransfers as number))).every((p) => p === 0), { what: 'every transfer acknowledged' })
 }
 
 test('three nodes and a relay: tool calls, embeddings and completions served by a peer, billed on real tokens', async (t) => {
@@ -52,9 +32,12 @@ test('three nodes and a relay: tool calls, embeddings and completions served by 
   // The tool definitions take a few hundred tokens in the template: the chat model gets a context that holds them.
   const chat = await writeTinyGguf(join(dir, 'tiny.gguf'), { seed: 7, contextLength: 4096 })
   const fim = await writeTinyGguf(join(dir, 'fim.gguf'), { seed: 7, infill: true })
-  const a = await startPeer(t, relay)
-  const b = await startPeer(t, relay, { model: { id: CHAT_MODEL, path: chat.path }, config: { contextSize: 4096 } })
-  const c = await startPeer(t, relay, { model: { id: FIM_MODEL, path: fim.path } })
+  // No direct listen addresses: the only way between the nodes is through the relay. A high electricity cost makes
+  // the tiny models' prices large enough that an off-by-one would show.
+  const priced = { electricity_cost: 5000 }
+  const a = await startPeer(t, relay, { settings: priced, config: { p2pListen: [] } })
+  const b = await startPeer(t, relay, { model: { id: CHAT_MODEL, path: chat.path }, settings: priced, config: { p2pListen: [], contextSize: 4096 } })
+  const c = await startPeer(t, relay, { model: { id: FIM_MODEL, path: fim.path }, settings: priced, config: { p2pListen: [] } })
   // Relayed circuits only, on a loaded machine: the mesh may take a while to form (a deadline, not an assertion).
   const meshed = { timeoutMs: 120_000 }
   await Promise.all([waitForPeers(a, [b.nodeID, c.nodeID], meshed), waitForPeers(b, [a.nodeID, c.nodeID], meshed), waitForPeers(c, [a.nodeID, b.nodeID], meshed)])
@@ -171,7 +154,7 @@ test('three nodes and a relay: tool calls, embeddings and completions served by 
     const price = (await a.api.get('/v1/app/peers')).body.peers.find((p: { nodeID: string }) => p.nodeID === b.nodeID).pricePer1kTokens as number
     const priceMicro = Math.round(price * 1e6)
     assert.ok(priceMicro > 1000, `a price that shows rounding: ${priceMicro}`)
-    const [aBefore, bBefore, tokensBefore] = [await balanceMicro(a), await balanceMicro(b), await metric(b, 'meshnode_peer_tokens_generated_total')]
+    const [aBefore, bBefore, tokensBefore] = [await balanceMicro(a), await balanceMicro(b), await metric(b.api, 'meshnode_peer_tokens_generated_total')]
     const call = await openai.chat.completions.create({ model: CHAT_MODEL, messages: ask, tools: [WEATHER], temperature: 0, tool_choice: { type: 'function', function: { name: 'get_weather' } } })
     const embedded = await openai.embeddings.create({ model: CHAT_MODEL, input: ['one input', 'and another'] })
     const generated = call.usage?.completion_tokens ?? 0
@@ -181,7 +164,7 @@ test('three nodes and a relay: tool calls, embeddings and completions served by 
     const cost = Math.ceil(priceMicro * generated / 1000) + Math.ceil(priceMicro * read / 1000)
     assert.equal(await balanceMicro(a), aBefore - cost)
     assert.equal(await balanceMicro(b), bBefore + cost)
-    assert.equal(await metric(b, 'meshnode_peer_tokens_generated_total'), tokensBefore + generated + read)
+    assert.equal(await metric(b.api, 'meshnode_peer_tokens_generated_total'), tokensBefore + generated + read)
   })
 
   await t.test('an older peer: a 1.0.0 chat request (no kind, no tools) is still served', async () => {

@@ -10,6 +10,7 @@ import { openFrames, readMessage, signEnvelope, writeMessage } from '../../src/w
 import { MAX_TRANSFER_MICRO, TRANSFER_DOMAIN, TRANSFER_PROTOCOL, TransferResponse, signTransfer, type Transfer } from '../../src/wallet/transfer-protocol.ts'
 import { startTestRelay, startWanNode, waitForPeers } from '../support/network.ts'
 import { waitFor, type Api, type TestNode } from '../support/node.ts'
+import { settled } from '../support/peers.ts'
 
 interface Summary { currentBalance: number, totalEarned: number, totalSpent: number, transactionCount: number, pendingTransfers: number }
 interface Tx { id: string, type: string, amount: number, peerID: string | null, memo: string }
@@ -20,11 +21,6 @@ async function summary (api: Api): Promise<Summary> {
 
 async function transactions (api: Api): Promise<Tx[]> {
   return (await api.get('/v1/app/wallet/transactions?limit=500')).body.transactions as Tx[]
-}
-
-/** Waits until no node has a transfer waiting for its payee's acknowledgement. */
-async function settled (nodes: TestNode[]): Promise<void> {
-  await waitFor(async () => (await Promise.all(nodes.map(async (n) => (await summary(n.api)).pendingTransfers))).every((p) => p === 0), { what: 'every transfer acknowledged' })
 }
 
 /** Micro-credits, to compare sums of balances without float noise. */
