@@ -1,30 +1,12 @@
-import { test, type TestContext } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { execFile, spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
-import { CLI, exitOf, tempDir, waitFor } from '../support/node.ts'
+import { CLI, tempDir } from '../support/node.ts'
+import { startRelayProcess } from '../support/relay-process.ts'
 
 const run = promisify(execFile)
 
-async function startRelayProcess (t: TestContext, dataDir: string): Promise<{ peerId: string, url: string, stop: () => Promise<{ code: number | null }> }> {
-  const child = spawn(process.execPath, [CLI, 'relay', '--port', '0', '--data-dir', dataDir], { env: { ...process.env, MESHNODE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] })
-  t.after(() => { if (child.exitCode == null && child.signalCode == null) child.kill('SIGKILL') })
-  let out = ''
-  child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  child.stderr.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  const ready = await waitFor(() => {
-    if (child.exitCode != null) throw new Error(`relay exited with ${child.exitCode}: ${out}`)
-    const line = out.split('\n').find(l => l.includes('relay listening'))
-    return line == null ? undefined : JSON.parse(line) as { peerId: string, url: string }
-  }, { timeoutMs: 30_000, what: 'the relay to listen' })
-  return {
-    ...ready,
-    stop: async () => {
-      child.kill('SIGTERM')
-      return await exitOf(child)
-    }
-  }
-}
 
 test('meshnode relay: listens, keeps its peer id across restarts (key in its data dir), exits 0 on SIGTERM', async (t) => {
   const dataDir = await tempDir(t)

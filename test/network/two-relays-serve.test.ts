@@ -2,39 +2,14 @@
 // finds every other, through either relay, and still when one of the relays is gone; also when the two relays share
 // one key (a relay's data dir copied), which makes them one peer to libp2p.
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
 import { copyFile, mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { NODE_KEY_FILE } from '../../src/identity/identity.ts'
-import { Api, CLI, exitOf, spawnNodeProcess, tempDir, waitFor } from '../support/node.ts'
+import { Api, spawnNodeProcess, tempDir, waitFor } from '../support/node.ts'
+import { startRelayProcess } from '../support/relay-process.ts'
 
-interface RelayProcess {
-  peerId: string
-  url: string
-  stop: () => Promise<void>
-}
 
-/** `meshnode relay --port 0 --data-dir <dataDir>`, once it listens; killed in t.after. */
-async function startRelayProcess (t: TestContext, dataDir: string): Promise<RelayProcess> {
-  const child = spawn(process.execPath, [CLI, 'relay', '--port', '0', '--data-dir', dataDir], { env: { ...process.env, MESHNODE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] })
-  t.after(() => { if (child.exitCode == null && child.signalCode == null) child.kill('SIGKILL') })
-  let out = ''
-  child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  child.stderr.on('data', (chunk: Buffer) => { out += chunk.toString() })
-  const ready = await waitFor(() => {
-    if (child.exitCode != null) throw new Error(`relay exited with ${child.exitCode}: ${out}`)
-    const line = out.split('\n').find(l => l.includes('relay listening'))
-    return line == null ? undefined : JSON.parse(line) as { peerId: string, url: string }
-  }, { timeoutMs: 60_000, what: 'the relay to listen' })
-  return {
-    ...ready,
-    stop: async () => {
-      child.kill('SIGTERM')
-      assert.equal((await exitOf(child)).code, 0)
-    }
-  }
-}
 
 interface ServeProcess {
   api: Api
@@ -70,7 +45,7 @@ test('three `meshnode serve` nodes given two relays at run time see each other; 
   const nodes = await Promise.all([0, 1, 2].map(async () => await startServe(t, urls)))
   await waitAllSeeAll(nodes, 'every node to list the other two')
 
-  await relays[0].stop()
+  assert.equal((await relays[0].stop()).code, 0)
   const newcomer = await startServe(t, urls)
   await waitAllSeeAll([...nodes, newcomer], 'every node, and one started after the first relay stopped, to list the others')
 })
