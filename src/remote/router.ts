@@ -5,6 +5,7 @@ import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedGener
 import { billableTokens, type InferenceCharge, type InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
 import { RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
+import { ConversationAffinity, conversationKeys, type ConversationAffinityOptions, type ConversationKeys } from './affinity.ts'
 import { loadedModelsOf, type PeerInfo } from '../network/index.ts'
 
 /** What the router uses of the peer network (`PeerNetwork` has it). */
@@ -39,22 +40,28 @@ export interface PeerRouterOptions {
   maxAttempts?: number
   /** Deadline for reaching a peer and opening the stream. @default 10_000 */
   openTimeoutMs?: number
+  /** Bounds of the conversation affinity table (size, age, clock). */
+  affinity?: ConversationAffinityOptions
 }
 
 /**
  * Places a request (a chat, a text completion, embeddings): on this node when its loaded model is the one named (and `inference_backend` is not
  * `peers`), else on the best peer that serves it, falling over to the next while no token has arrived. The answer
  * streams back as the same events the local engine gives; a failure after the first token ends the stream with it.
+ * A requester's next turn of a conversation goes first to the peer that answered the last one (it holds the evaluated
+ * prompt), while that peer is still a candidate with a free slot.
  */
 export class PeerRouter implements ChatRouter {
   readonly #deps: PeerRouterDeps
   readonly #maxAttempts: number
   readonly #openTimeoutMs: number
+  readonly #affinity: ConversationAffinity
 
   constructor (deps: PeerRouterDeps, options: PeerRouterOptions = {}) {
     this.#deps = deps
     this.#maxAttempts = options.maxAttempts ?? 3
     this.#openTimeoutMs = options.openTimeoutMs ?? 10_000
+    this.#affinity = new ConversationAffinity(options.affinity)
   }
 
   route (request: RoutedRequest, options: RouteOptions = {}): RoutedGeneration {
@@ -72,8 +79,11 @@ export class PeerRouter implements ChatRouter {
       if (outside > 0) throw new UnavailableError(`Model ${request.modelID} is served by ${outside} peer(s), but ${where}`)
       throw this.#deps.local.notServed(request.modelID, ` and ${where}`)
     }
+    // Only a named requester's requests share a prompt cache at a peer, so only theirs have an affinity.
+    const keys = options.requester == null ? null : conversationKeys(options.requester, request)
+    if (keys != null) preferAffine(candidates, this.#affinity, keys)
     const attempt = { servedBy: `peer:${candidates[0].nodeID}` as ServedBy }
-    const events = this.#failover(candidates.slice(0, this.#maxAttempts), request, options, attempt)
+    const events = this.#failover(candidates.slice(0, this.#maxAttempts), request, options, attempt, keys)
     return {
       events,
       get servedBy () { return attempt.servedBy }
@@ -93,20 +103,42 @@ export class PeerRouter implements ChatRouter {
       .map(({ peer }) => peer)
   }
 
+  /**
+   * The local models, then each model peers serve (named as the first peer that lists it spells it) with the peer
+   * `candidates` would rank first for it. One pass groups the peers by model; each group's best is picked once.
+   */
   models (): ModelListing[] {
+    const { sameModel } = this.#deps
     const listed = this.#deps.settings.get().inference_backend === 'peers' ? [] : this.#deps.local.models()
-    const seen = (modelID: string): boolean => listed.some(model => this.#deps.sameModel(model.modelID, modelID))
+    // In the order each model is first seen; a group's peers in the network's order, each once (as candidates has them).
+    const groups: Array<{ modelID: string, peers: PeerInfo[] }> = []
+    const byID = new Map<string, { modelID: string, peers: PeerInfo[] }>()
     for (const peer of this.#deps.network.peers()) {
       for (const loaded of loadedModelsOf(peer.record)) {
-        if (seen(loaded)) continue
-        const best = this.candidates(loaded)[0] ?? peer
-        listed.push({ modelID: loaded, ownedBy: `peer:${best.nodeID}`, loaded: true })
+        let group = byID.get(loaded) ?? groups.find(known => sameModel(known.modelID, loaded))
+        if (group == null) {
+          group = { modelID: loaded, peers: [] }
+          groups.push(group)
+        }
+        // An id that is not valid matches nothing, itself included: each of its mentions stands alone.
+        if (sameModel(loaded, loaded)) byID.set(loaded, group)
+        if (group.peers.at(-1) !== peer) group.peers.push(peer)
       }
+    }
+    for (const { modelID, peers } of groups) {
+      if (listed.some(model => sameModel(model.modelID, modelID))) continue
+      let best = peers[0]
+      let bestKey = rankKey(best)
+      for (const peer of peers.slice(1)) {
+        const key = rankKey(peer)
+        if (compareKeys(key, bestKey) < 0) [best, bestKey] = [peer, key]
+      }
+      listed.push({ modelID, ownedBy: `peer:${best.nodeID}`, loaded: true })
     }
     return listed
   }
 
-  async * #failover (candidates: PeerInfo[], request: RoutedRequest, options: RouteOptions, attempt: { servedBy: ServedBy }): AsyncGenerator<InferenceEvent, void, undefined> {
+  async * #failover (candidates: PeerInfo[], request: RoutedRequest, options: RouteOptions, attempt: { servedBy: ServedBy }, keys: ConversationKeys | null): AsyncGenerator<InferenceEvent, void, undefined> {
     const failures: string[] = []
     let lastError: unknown = null
     let allBusy = true
@@ -130,6 +162,7 @@ export class PeerRouter implements ChatRouter {
             if (event.type === 'done') {
               charge?.settle({ peerID: peer.nodeID, pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro }, billableTokens(request.kind, event.usage))
               settled = true
+              if (keys != null) this.#affinity.answered(keys, peer.nodeID)
             }
             yield event
           }
@@ -175,13 +208,33 @@ function rankKey (peer: PeerInfo): RankKey {
   const load = slots === 0 ? Number.POSITIVE_INFINITY : (busySlots + queued) / slots
   return [
     peer.status === 'online' ? 0 : 1,
-    busySlots + queued < slots ? 0 : 1,
+    saturated(peer) ? 1 : 0,
     // In quarters, so that latency and price decide between peers of about the same load.
     Math.round(load * 4),
     // In steps of LATENCY_STEP_MS: a few milliseconds of jitter do not outweigh a lower price.
     peer.latencyMs == null ? Number.POSITIVE_INFINITY : Math.floor(peer.latencyMs / LATENCY_STEP_MS),
     peer.record.pricePer1kTokensMicro
   ]
+}
+
+/**
+ * Moves to the front of `candidates` (ranked) the peer that answered the longest prefix of this conversation recently,
+ * unless it is saturated: then, as when it is no longer a candidate at all, the ranking alone decides. The others
+ * follow in rank order, so a peer that stopped meanwhile costs a failover, not a turn.
+ */
+function preferAffine (candidates: PeerInfo[], affinity: ConversationAffinity, keys: ConversationKeys): void {
+  const nodeID = affinity.peerFor(keys, (nodeID) => {
+    const peer = candidates.find(candidate => candidate.nodeID === nodeID)
+    return peer != null && !saturated(peer)
+  })
+  const index = nodeID == null ? -1 : candidates.findIndex(candidate => candidate.nodeID === nodeID)
+  if (index > 0) candidates.unshift(...candidates.splice(index, 1))
+}
+
+/** Every slot of the peer's record is taken or spoken for by its queue. */
+function saturated (peer: PeerInfo): boolean {
+  const { slots, busySlots, queued } = peer.record.capacity
+  return busySlots + queued >= slots
 }
 
 function compareKeys (a: RankKey, b: RankKey): number {

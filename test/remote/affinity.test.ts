@@ -1,0 +1,75 @@
+// Conversation affinity across peers: two peers serve the same model, a third node without it asks through its HTTP
+// API. Each turn of a conversation goes back to the peer that answered the first (which reuses the evaluated prompt),
+// even once the ranking prefers the other peer; once that peer stops, the next turn is answered by the other.
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import { test } from 'node:test'
+import { startTestRelay, waitForPeers } from '../support/network.ts'
+import { tempDir, waitFor, type TestNode } from '../support/node.ts'
+import { startPeer } from '../support/peers.ts'
+import { writeTinyGguf } from '../support/tiny-gguf.ts'
+
+const MODEL = 'tiny-chat'
+const SYSTEM = 'You are a helpful model for the peer network. ' +
+  'Think about each question, then answer it in a few good words. '.repeat(6) +
+  'When you do not know, say so, and help the people who ask with what you know about the network and its nodes.'
+
+interface Message { role: 'system' | 'user' | 'assistant', content: string }
+interface Turn { servedBy: string | null, cached: number, prompt: number, reply: string }
+
+async function ask (asker: TestNode, messages: Message[]): Promise<Turn> {
+  const res = await asker.api.post('/v1/chat/completions', { model: MODEL, messages, max_tokens: 8, temperature: 0 })
+  assert.equal(res.status, 200, JSON.stringify(res.body))
+  return {
+    servedBy: res.headers.get('x-served-by'),
+    cached: res.body.usage.prompt_tokens_details?.cached_tokens ?? 0,
+    prompt: res.body.usage.prompt_tokens,
+    reply: res.body.choices[0].message.content
+  }
+}
+
+test('a conversation stays with the peer that answered its first turn, and moves on when that peer stops', async (t) => {
+  const relay = await startTestRelay(t)
+  const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7, contextLength: 4096 })
+  // Two slots each: the asker's view of a serving peer's load may lag a turn behind, and one busy slot of two is not
+  // saturated, so that view never turns a conversation away from its peer here.
+  const servers = { slots: 2, contextSize: 4096 }
+  const asker = await startPeer(t, relay)
+  const b = await startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 0 }, config: servers })
+  const c = await startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 0 }, config: servers })
+  const bothOnline = async (): Promise<void> => { await waitForPeers(asker, [b.nodeID, c.nodeID], { timeoutMs: 60_000 }) }
+  await bothOnline()
+
+  const messages: Message[] = [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hello there, how are you today?' }]
+  const first = await ask(asker, messages)
+  assert.equal(first.cached, 0, 'nothing of this conversation was evaluated anywhere before')
+  const [chosen, other] = first.servedBy === `peer:${b.nodeID}` ? [b, c] : [c, b]
+  assert.equal(first.servedBy, `peer:${chosen.nodeID}`)
+
+  // The chosen peer raises its price: the ranking now puts the other peer first, and a new conversation would go there.
+  const res = await chosen.api.patch('/v1/app/settings', { electricity_cost: 1000 })
+  assert.equal(res.status, 200, JSON.stringify(res.body))
+  await waitFor(async () => (await asker.api.get('/v1/models')).body.data[0]?.owned_by === `peer:${other.nodeID}`,
+    { timeoutMs: 60_000, what: 'the asker to rank the other peer first' })
+
+  let last = first
+  for (const question of ['what is a peer in the network?', 'and how does a node find one?', 'thanks, one more: what is a credit?']) {
+    messages.push({ role: 'assistant', content: last.reply }, { role: 'user', content: question })
+    await bothOnline()
+    last = await ask(asker, messages)
+    assert.equal(last.servedBy, first.servedBy, `turn ${messages.length / 2} goes back to the peer that holds the conversation`)
+    assert.ok(last.cached > 0 && last.cached < last.prompt, `turn ${messages.length / 2} reuses the evaluated prompt: ${last.cached} of ${last.prompt} tokens`)
+  }
+
+  // The peer stops: the next turn is answered by the other one, which then holds the conversation in turn.
+  await chosen.node.network.stop()
+  await chosen.node.close()
+  messages.push({ role: 'assistant', content: last.reply }, { role: 'user', content: 'are you still there?' })
+  const moved = await ask(asker, messages)
+  assert.equal(moved.servedBy, `peer:${other.nodeID}`)
+  messages.push({ role: 'assistant', content: moved.reply }, { role: 'user', content: 'good, go on please.' })
+  await waitForPeers(asker, [other.nodeID], { timeoutMs: 60_000 })
+  const after = await ask(asker, messages)
+  assert.equal(after.servedBy, `peer:${other.nodeID}`)
+  assert.ok(after.cached > 0, 'the other peer kept what it evaluated for the turn it took over')
+})
