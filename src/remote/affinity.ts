@@ -61,9 +61,9 @@ export class ConversationAffinity {
 
   /**
    * The peer that answered the longest of `keys.lookup` within the age limit and that `usable` accepts (still a
-   * candidate, not saturated); null when none. A hit counts as a use of its entry.
+   * candidate, not saturated), told when that peer answered; null when none. A hit counts as a use of its entry.
    */
-  peerFor (keys: ConversationKeys, usable: (nodeID: string) => boolean): string | null {
+  peerFor (keys: ConversationKeys, usable: (nodeID: string, answeredAt: number) => boolean): string | null {
     const now = this.#now()
     for (const key of keys.lookup) {
       const entry = this.#entries.get(key)
@@ -72,7 +72,7 @@ export class ConversationAffinity {
         this.#entries.delete(key)
         continue
       }
-      if (!usable(entry.nodeID)) continue
+      if (!usable(entry.nodeID, entry.at)) continue
       this.#entries.delete(key)
       this.#entries.set(key, entry)
       return entry.nodeID

@@ -223,18 +223,20 @@ function rankKey (peer: PeerInfo): RankKey {
  * follow in rank order, so a peer that stopped meanwhile costs a failover, not a turn.
  */
 function preferAffine (candidates: PeerInfo[], affinity: ConversationAffinity, keys: ConversationKeys): void {
-  const nodeID = affinity.peerFor(keys, (nodeID) => {
+  const nodeID = affinity.peerFor(keys, (nodeID, answeredAt) => {
     const peer = candidates.find(candidate => candidate.nodeID === nodeID)
-    return peer != null && !saturated(peer)
+    // A record that arrived before the peer finished our last turn may still count that turn among its busy slots
+    // (a peer re-advertises its load at most so often): that slot is ours, and free again.
+    return peer != null && !saturated(peer, peer.lastSeen < answeredAt ? 1 : 0)
   })
   const index = nodeID == null ? -1 : candidates.findIndex(candidate => candidate.nodeID === nodeID)
   if (index > 0) candidates.unshift(...candidates.splice(index, 1))
 }
 
-/** Every slot of the peer's record is taken or spoken for by its queue. */
-function saturated (peer: PeerInfo): boolean {
+/** Every slot of the peer's record is taken or spoken for by its queue, but for `freed` slots known to be free since. */
+function saturated (peer: PeerInfo, freed = 0): boolean {
   const { slots, busySlots, queued } = peer.record.capacity
-  return busySlots + queued >= slots
+  return Math.max(0, busySlots - freed) + queued >= slots
 }
 
 function compareKeys (a: RankKey, b: RankKey): number {

@@ -31,9 +31,9 @@ async function ask (asker: TestNode, messages: Message[]): Promise<Turn> {
 test('a conversation stays with the peer that answered its first turn, and moves on when that peer stops', async (t) => {
   const relay = await startTestRelay(t)
   const { path } = await writeTinyGguf(join(await tempDir(t, 'meshnode-model-'), 'tiny.gguf'), { seed: 7, contextLength: 4096 })
-  // Two slots each: the asker's view of a serving peer's load may lag a turn behind, and one busy slot of two is not
-  // saturated, so that view never turns a conversation away from its peer here.
-  const servers = { slots: 2, contextSize: 4096 }
+  // One slot each, as an agent's model on a CPU is served: the asker's view of the peer's load may still count the last
+  // turn's slot as busy when the next turn is asked, and must not turn the conversation away for it.
+  const servers = { slots: 1, contextSize: 4096 }
   const asker = await startPeer(t, relay)
   const b = await startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 0 }, config: servers })
   const c = await startPeer(t, relay, { model: { id: MODEL, path }, settings: { electricity_cost: 0 }, config: servers })
