@@ -4,6 +4,7 @@ export type {
   InferenceLogger
 } from './engine.ts'
 export { DEFAULT_PREFIX_STATE_BUDGET_BYTES, PREFIX_STATE_MIN_TOKENS, MAX_PREFIX_STATES_PER_REQUESTER } from './prefix-states.ts'
+export { keyedRequester, MAX_CACHE_KEY_CHARS } from './slot-cache.ts'
 export { FLASH_ATTENTION_CHOICES, llamaFlashAttention } from './flash-attention.ts'
 export type { FlashAttention } from './flash-attention.ts'
 export type { ModelKind } from './model-file.ts'

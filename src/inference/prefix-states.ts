@@ -13,13 +13,13 @@ import { join } from 'node:path'
 import type { Token } from 'node-llama-cpp'
 import { z } from 'zod'
 import type { InferenceLogger } from './model-instance.ts'
-import { isAnonymous, type CachedSlot, type PrefixKeeper, type Requester } from './slot-cache.ts'
+import { isAnonymous, unkeyedRequester, type CachedSlot, type PrefixKeeper, type Requester } from './slot-cache.ts'
 
 /** Shorter prefixes are evaluated again about as fast as a state is written and read back: they are not kept. */
 export const PREFIX_STATE_MIN_TOKENS = 1024
 /** Disk the states may take together (`serve --prefix-cache-gb`): 2 GiB. */
 export const DEFAULT_PREFIX_STATE_BUDGET_BYTES = 2 * 1024 ** 3
-/** States kept per model and requester: an agent's few long prompts, not every conversation it had. */
+/** States kept per model and requester (its keyed sessions together): an agent's few long prompts, not every conversation it had. */
 export const MAX_PREFIX_STATES_PER_REQUESTER = 8
 /** States kept in all, however small: the index holds each one's tokens and is rewritten at every save. */
 export const MAX_PREFIX_STATES = 256
@@ -318,7 +318,11 @@ export class PrefixStates {
     return this.#states.filter((state) => current.get(JSON.stringify(state.model)) === false)
   }
 
-  /** What is over the limits, least recently used first: per model and requester, in all, and the disk budget. */
+  /**
+   * What is over the limits, least recently used first: per model and requester, in all, and the disk budget. The
+   * sessions a requester's clients keep apart by cache keys (`keyedRequester`) count as their requester's together,
+   * so that cache keys never let one requester crowd the others out of the store.
+   */
   #overLimits (): StateRecord[] {
     const over: StateRecord[] = []
     const perGroup = new Map<string, number>()
@@ -326,7 +330,7 @@ export class PrefixStates {
     let bytes = 0
     let full = false
     for (const state of [...this.#states].sort((a, b) => b.lastUsedAt - a.lastUsedAt)) {
-      const group = groupKey(state, state.requester)
+      const group = groupKey(state, unkeyedRequester(state.requester))
       const inGroup = perGroup.get(group) ?? 0
       full ||= kept >= MAX_PREFIX_STATES || bytes + state.sizeBytes > this.#budgetBytes
       if (full || inGroup >= MAX_PREFIX_STATES_PER_REQUESTER) {

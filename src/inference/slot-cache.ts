@@ -1,11 +1,12 @@
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import type { LlamaContextSequence, Token } from 'node-llama-cpp'
 
 /**
  * Who a generation runs for, the unit within which slots share evaluated prompts: `local` (the node's owner), `key:<id>`
  * (one API key), `peer:<nodeID>` (one peer), `ptn:<ptnID>` (the members of one private trusted network). Between
  * requesters a slot is cleared before reuse, so no request sees another's tokens, nor learns by its speed whether
- * someone else sent the same prompt.
+ * someone else sent the same prompt. A client that names a cache key gets one of its requester's own,
+ * `<requester>#<hash>` (`keyedRequester`).
  */
 export type Requester = string
 
@@ -27,6 +28,32 @@ export function anonymousRequester (): Requester {
 /** Whether `requester` is one of `anonymousRequester`'s: nothing of its slots is ever kept for later. */
 export function isAnonymous (requester: Requester): boolean {
   return requester.startsWith('anonymous:')
+}
+
+/** The longest cache key a client may name (OpenAI's `prompt_cache_key`, Anthropic's `metadata.user_id`). */
+export const MAX_CACHE_KEY_CHARS = 256
+
+/** Separates a requester from the hash of the cache key its client named; no requester has it otherwise. */
+const KEYED = '#'
+
+/**
+ * The requester a generation runs for when its client names a cache key (OpenAI's `prompt_cache_key`, Anthropic's
+ * `metadata.user_id`): `<requester>#<hash>`, whose slots and saved prefixes are apart from those of the requester's
+ * other keys, so that two sessions of one client do not take each other's slot or evict each other's prefix. It starts
+ * with the requester, so a cache key reaches nothing of anyone else's. Only a hash of the key is in it: a key may name
+ * a user, and a requester is written into the prefix states' index and a label made from it goes to peers. No key (or
+ * an empty one) and an anonymous requester leave the requester as it is.
+ */
+export function keyedRequester (requester: Requester, cacheKey: string | null | undefined): Requester {
+  if (cacheKey == null || cacheKey === '' || isAnonymous(requester)) return requester
+  const hash = createHash('sha256').update(requester).update('\0').update(cacheKey).digest('base64url').slice(0, 22)
+  return `${requester}${KEYED}${hash}`
+}
+
+/** The requester a keyed one belongs to (itself when not keyed): the one whose limits its saved prefixes count in. */
+export function unkeyedRequester (requester: Requester): Requester {
+  const at = requester.indexOf(KEYED)
+  return at === -1 ? requester : requester.slice(0, at)
 }
 
 /**

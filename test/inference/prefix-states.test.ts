@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 import { copyFile, mkdtemp, readdir, readFile, rm, truncate, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { LocalEngine, type ChatMessage, type ChatUsage, type InferenceLogger, type LocalEngineOptions } from '../../src/inference/index.ts'
+import { keyedRequester, LocalEngine, MAX_PREFIX_STATES_PER_REQUESTER, type ChatMessage, type ChatUsage, type InferenceLogger, type LocalEngineOptions } from '../../src/inference/index.ts'
 import { waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
@@ -233,6 +233,30 @@ await test('a slot reused for another requester saves its owner\'s prefix first;
   const bAgain = await ask(engine, otherTurn, 'key:b')
   assert.equal(bAgain.usage.cachedTokens, bAgain.usage.promptTokens - 1)
   assert.equal(bAgain.text, b.text)
+  assert.deepEqual(warnings, [])
+})
+
+await test('a requester\'s cache-keyed sessions keep their states apart, and count in its limit together', async (t) => {
+  const { model, states } = await setup(t)
+  const engine = await engineOn(t, model, states, { slots: 1 })
+  await ask(engine, turn, 'key:b')
+  // One session more than a requester keeps states: each takes the only slot from the one before, which is saved first
+  const sessions = Array.from({ length: MAX_PREFIX_STATES_PER_REQUESTER + 1 }, (_, i) => keyedRequester('key:a', `session ${i}`))
+  assert.equal(new Set(sessions).size, sessions.length)
+  for (const session of sessions) {
+    assert.ok(session.startsWith('key:a#') && !session.includes('session'), session)
+    assert.equal((await ask(engine, turn, session, 1)).usage.cachedTokens, 0, 'a session reuses nothing of another')
+  }
+  await engine.unload('tiny')
+  const kept = (JSON.parse(await readFile(join(states, 'index.json'), 'utf8')) as { states: Array<{ requester: string }> }).states.map((state) => state.requester)
+  assert.deepEqual(kept.filter((requester) => requester.startsWith('key:a#')).sort(), sessions.slice(1).sort(), 'the least recently used session went')
+  assert.ok(kept.includes('key:b'), 'another requester is not crowded out by one requester\'s sessions')
+
+  // A session's state is its own: not the requester's without a key, nor another session's
+  await engine.load('tiny', model)
+  assert.equal((await ask(engine, turn, 'key:a', 1)).usage.cachedTokens, 0)
+  assert.equal((await ask(engine, turn, keyedRequester('key:a', 'another session'), 1)).usage.cachedTokens, 0)
+  assert.ok((await ask(engine, turn, sessions[sessions.length - 1], 1)).usage.cachedTokens > 0)
   assert.deepEqual(warnings, [])
 })
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, SamplingRequest, ToolChoice } from '../../inference/index.ts'
+import { keyedRequester } from '../../inference/index.ts'
 import { collectAnswer, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
 import { ChatCompletion, ChatCompletionRequest, THOUGHT_TOKENS_BY_EFFORT, type ChatCompletionChunk, type CompletionRequest, type ToolCallOut, type Usage } from '../schemas/openai.ts'
@@ -21,7 +22,7 @@ export const chatRoutes: FastifyPluginAsyncZod<InferenceRoutesOptions> = async (
   }, async (request, reply) => {
     const chat = toChatRequest(request.body)
     const signal = clientGone(reply)
-    const generation = router.route(chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], request.body.ptn), requester: requesterOf(request.principal) }) as RoutedGeneration<ChatEvent>
+    const generation = router.route(chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], request.body.ptn), requester: keyedRequester(requesterOf(request.principal), request.body.prompt_cache_key) }) as RoutedGeneration<ChatEvent>
     const id = `chatcmpl-${randomUUID()}`
     const created = Math.floor(Date.now() / 1000)
     const model = request.body.model

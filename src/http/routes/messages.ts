@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, LocalRouter, RoutedGeneration, RoutedRequest, ToolChoice, ToolDefinition } from '../../inference/index.ts'
+import { keyedRequester } from '../../inference/index.ts'
 import { anthropicError } from '../errors.ts'
 import { collectAnswer, NamedEvent, streamGeneration, type StreamDialect } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
@@ -39,7 +40,7 @@ export const messagesRoutes: FastifyPluginAsyncZod<MessagesRoutesOptions> = asyn
       request.log.info({ tools: ignoredTools }, 'tools of kinds that cannot run here were left out of the prompt')
     }
     const signal = clientGone(reply)
-    const generation = router.route(chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], request.body.ptn), requester: requesterOf(request.principal) }) as RoutedGeneration<ChatEvent>
+    const generation = router.route(chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], request.body.ptn), requester: keyedRequester(requesterOf(request.principal), request.body.metadata?.user_id) }) as RoutedGeneration<ChatEvent>
     const id = `msg_${randomUUID().replaceAll('-', '')}`
     const model = request.body.model
 

@@ -5,6 +5,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { NotFoundError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, RoutedGeneration } from '../../inference/index.ts'
+import { keyedRequester } from '../../inference/index.ts'
 import type { StoredResponses } from '../../responses/index.ts'
 import { collectAnswer, streamGeneration, type StreamDialect } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
@@ -37,7 +38,8 @@ export const responsesRoutes: FastifyPluginAsyncZod<ResponsesRoutesOptions> = as
     }
     const signal = clientGone(reply)
     const generation = inClientTerms(
-      router.route(plan.chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], body.ptn), requester }) as RoutedGeneration<ChatEvent>,
+      // the cache key keeps this session's slot and saved prefixes apart; the kept responses stay the requester's
+      router.route(plan.chat, { signal, ptnID: ptnOf(request.headers['x-ptn-id'], body.ptn), requester: keyedRequester(requester, body.prompt_cache_key) }) as RoutedGeneration<ChatEvent>,
       plan
     )
     const answer = new ResponseAnswer(echo(body))

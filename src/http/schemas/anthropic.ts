@@ -1,9 +1,9 @@
 import { z } from 'zod'
-import { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_TOOLS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
+import { MAX_CACHE_KEY_CHARS, MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_TOOLS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
 
 // Anthropic's Messages API shapes, as Claude Code and the Anthropic SDK send them. Request fields without meaning
-// here (metadata, context_management, output_config, cache_control, service_tier, ...) are accepted and ignored, as
-// unknown keys are; content blocks are checked by the route, which names the block it cannot serve.
+// here (context_management, output_config, cache_control, service_tier, ...) are accepted and ignored, as unknown
+// keys are; content blocks are checked by the route, which names the block it cannot serve.
 
 const ModelName = z.string().min(1).max(512)
 /** A content block: its `type` decides the rest, which the route reads. */
@@ -48,6 +48,10 @@ export const MessagesRequest = z.looseObject({
   tools: z.array(Tool).max(MAX_TOOLS).nullish(),
   tool_choice: ToolChoice.nullish(),
   thinking: Thinking.nullish(),
+  metadata: z.looseObject({
+    user_id: z.string().max(MAX_CACHE_KEY_CHARS).nullish()
+      .describe('keeps this user\'s prompt cache apart from the same requester\'s other users (docs/API.md, Cache keys)')
+  }).nullish(),
   /** meshnode: run only locally or on members of this PTN (also the X-PTN-ID header). */
   ptn: z.string().max(128).nullish()
 })

@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS } from '../../inference/index.ts'
+import { MAX_CACHE_KEY_CHARS, MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS } from '../../inference/index.ts'
 import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
 
 // The OpenAI wire shapes we accept and answer: chat completions, text completions, embeddings, models, and
@@ -54,6 +54,9 @@ const ToolChoice = z.union([
 const LogitBias = z.record(z.string(), z.number().min(-MAX_LOGIT_BIAS).max(MAX_LOGIT_BIAS))
 const Stop = z.union([z.string().min(1).max(MAX_STOP_STRING_CHARS), z.array(z.string().min(1).max(MAX_STOP_STRING_CHARS)).max(MAX_STOP_STRINGS)])
 const StreamOptions = z.looseObject({ include_usage: z.boolean().optional() })
+/** OpenAI's field, chat and Responses: the requests naming one key share a slot and saved prefixes apart from the requester's others. */
+export const PromptCacheKey = z.string().max(MAX_CACHE_KEY_CHARS)
+  .describe('keeps this session\'s prompt cache apart from the same requester\'s other sessions (docs/API.md, Cache keys)')
 
 /** Sampling parameters chat and text completions share. */
 const Sampling = {
@@ -90,6 +93,7 @@ export const ChatCompletionRequest = z.looseObject({
   tool_choice: ToolChoice.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   reasoning_effort: z.enum(REASONING_EFFORTS).nullish().describe('a reasoning model\'s thought budget (docs/API.md, Reasoning models)'),
+  prompt_cache_key: PromptCacheKey.nullish(),
   // Parameters we cannot honour: accepted by the schema so that the route can name them in a clear 400.
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().nullish(),

@@ -1,11 +1,11 @@
 import { z } from 'zod'
-import { REASONING_EFFORTS } from './openai.ts'
+import { PromptCacheKey, REASONING_EFFORTS } from './openai.ts'
 import { MAX_TOOL_CALL_ID_CHARS } from '../../inference/index.ts'
 
 // OpenAI's Responses API shapes, as Codex, the OpenAI Agents SDK and `openai.responses.create` send them. Fields
-// without meaning here (include, prompt_cache_key, user, truncation, service_tier, stream_options, safety_identifier,
-// ...) are accepted and ignored, as unknown keys are. Input items, their content parts and tools are read by the
-// route, which names the one it cannot serve (an image part, an item of an unknown type).
+// without meaning here (include, user, truncation, service_tier, stream_options, safety_identifier, ...) are accepted
+// and ignored, as unknown keys are. Input items, their content parts and tools are read by the route, which names the
+// one it cannot serve (an image part, an item of an unknown type).
 
 const ModelName = z.string().min(1).max(512)
 /** A content part: its `type` decides the rest, which the route reads. */
@@ -78,6 +78,7 @@ export const ResponsesRequest = z.looseObject({
   previous_response_id: z.string().min(1).max(256).nullish(),
   stream: z.boolean().nullish(),
   metadata: Metadata.nullish(),
+  prompt_cache_key: PromptCacheKey.nullish(),
   // Parameters we cannot honour: accepted by the schema so that the route can name them in a clear 400.
   background: z.boolean().nullish(),
   conversation: z.unknown().optional(),
