@@ -11,11 +11,11 @@ import { isLoopbackAddress } from './http/guards.ts'
 import type { HttpApp } from './http/types.ts'
 import { openNodeIdentity, type NodeIdentity } from './identity/index.ts'
 import { ApiKeys, Sessions } from './keys/index.ts'
-import { Accelerator, LocalEngine, LocalRouter, aliasedRouter, aliasedTokenizer, defaultInferenceThreads, planGpu, v8Patches, warnInactivePatches, type LocalModel, type LocalModels } from './inference/index.ts'
+import { Accelerator, LocalEngine, LocalRouter, aliasedRouter, aliasedTokenizer, defaultInferenceThreads, planGpu, v8Patches, warnInactivePatches, type LoadedModelState, type LocalModel, type LocalModels } from './inference/index.ts'
 import { createLogger } from './log.ts'
 import { MetricsRegistry } from './metrics/index.ts'
 import { DemandDrivenModels, DemandTracker, ModelAliases, ModelStore, sameModel, type ModelRecord } from './models/index.ts'
-import { MAX_ADVERTISED_CERTIFICATES, PeerNetwork } from './network/index.ts'
+import { MAX_ADVERTISED_CERTIFICATES, PeerNetwork, type RecordPart } from './network/index.ts'
 import { PtnService } from './ptn/index.ts'
 import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_INBOUND_INFER_STREAMS, PeerRouter, createInferHandler } from './remote/index.ts'
 import { ServingPolicy } from './serving/index.ts'
@@ -118,6 +118,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     cleanups.unshift(() => models.close()) // downloads pause (their .part stays) before the engine and database go
     // serve --model: a path is imported now, an id checked now, so that a wrong one fails the start; loaded once listening
     const startModel = config.model == null ? null : isAbsolute(config.model) ? (await models.import(config.model)).modelID : models.get(config.model).modelID
+    modelGauges(metrics, engine, models)
     // A request for a model downloaded here loads it beside the others (evicting an idle one loaded for a request).
     const localRouter = new LocalRouter({ engine, sameModel, models: localModels(models) })
 
@@ -135,7 +136,15 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       allLoaded: engine.loadedModels().map(m => m.modelID),
       downloaded: models.list().filter(m => m.status === 'downloaded' || m.status === 'loaded').map(m => m.modelID)
     }))
+    // A part of the record is read again when what it is made of changes, named by the events below each part; what
+    // changes with no event (an imported file, demand decaying, a certificate expiring) waits for the record's safety
+    // timer (RecordAdvertiser).
+    const recordChanged = (...parts: RecordPart[]) => () => { network.recordChanged(...parts) }
+    engine.on('loaded', recordChanged('models', 'pricePer1kTokensMicro', 'capacity'))
+    engine.on('unloaded', recordChanged('models', 'pricePer1kTokensMicro', 'capacity'))
+    for (const event of ['download.started', 'download.completed', 'download.failed', 'model.evicted'] as const) models.events.on(event, recordChanged('models'))
     network.advertise('demand', () => demand.list())
+    demand.onRecord(recordChanged('demand'))
     // Demand-driven models (auto_manage_models): fetch and swap to the model peers and users ask for and nobody serves.
     const demandModels = new DemandDrivenModels({ demand, network, models, engine, settings, sameModel, log: log.child({ part: 'demand' }) }, demandOptions)
     cleanups.unshift(() => demandModels.stop())
@@ -147,6 +156,7 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     network.on('peer:online', (peer) => { wallet.peerOnline(peer.nodeID) })
     // The loaded model's price, from its size and this node's electricity settings (docs/API.md, Wallet).
     network.advertise('pricePer1kTokensMicro', () => pricePer1kTokensMicro({ sizeBytes: engine.loaded()?.sizeBytes ?? null, quantization: null, parameters: null }, settings.get()))
+    settings.onChange(recordChanged('pricePer1kTokensMicro', 'capacity')) // electricity prices, org_capacity_reservation
     const solana = new SolanaWallet({ identity, rpcUrl: () => settings.get().solana_rpc_url, log: log.child({ part: 'solana' }) })
     // Requests for a model this node has not loaded go to the best peer that serves it; peers' requests
     // for our loaded model run here, with org_capacity_reservation of the slots kept for our PTNs' members.
@@ -163,6 +173,9 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     // This node's PTN certificates go out in its record; a peer's count only once verified against their ptnID.
     // A record carries at most MAX_ADVERTISED_CERTIFICATES; a node in more PTNs presents the ones its peers use.
     network.advertise('ptnCertificates', () => ptn.certificatesForAdvert(MAX_ADVERTISED_CERTIFICATES))
+    ptn.onMembershipChange(recordChanged('ptnCertificates'))
+    // which of them a full record carries first follows the PTNs of the peers connected
+    for (const event of ['peer:online', 'peer:updated', 'peer:offline'] as const) network.on(event, recordChanged('ptnCertificates'))
     network.trustPtnCertificates((nodeID, certificates) => ptn.verifiedPtnIDs(nodeID, certificates))
     // The one door from peers to the engine. Chat requests over the infer protocol and agent messages pass
     // the same checks (inference_backend, org_capacity_reservation, queue) and the same bookkeeping (metrics, demand).
@@ -184,11 +197,13 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
       const { slots, busySlots, queued } = engine.stats()
       return { slots, busySlots, queued, reservedSlots: serving.reservedSlots() }
     })
+    engine.on('stats', recordChanged('capacity'))
     // This node's agent answers peers' agents with the loaded model; conversations are kept on both nodes.
     const agent = new AgentService({ db, identity, network, engine, serving, name, log: log.child({ part: 'agent' }) }, config.agent)
     await agent.start()   // registers the agent protocol, served once the network starts
     // The agent's name and capabilities; peers build their agent directory from the records they verified.
     network.advertise('agent', () => agent.advertisedProfile())
+    agent.onProfileChange(recordChanged('agent'))
     cleanups.unshift(() => { agent.stop() })
 
     keepAwake.set(settings.get().keep_awake)
@@ -294,6 +309,24 @@ export async function startNode (config: NodeConfig, options: { logDestination?:
     await runCleanups(cleanups, log)
     throw err
   }
+}
+
+/**
+ * The gauges of GET /metrics that show what the models do: each loaded model's slots, busy slots and queue, and each
+ * running download's bytes. Read from the engine and the model store when scraped, never pushed per request or chunk.
+ */
+function modelGauges (metrics: MetricsRegistry, engine: LocalEngine, models: ModelStore): void {
+  const loaded = (value: (model: LoadedModelState) => number) => () =>
+    engine.loadedModels().map((model) => ({ labels: { model: model.modelID, kind: model.kind }, value: value(model) }))
+  metrics.gauge('meshnode_model_slots', 'Generation slots of each loaded model (none for an embedding model)', ['model', 'kind'], loaded((m) => m.slots))
+  metrics.gauge('meshnode_model_busy_slots', 'Slots of each loaded model generating now', ['model', 'kind'], loaded((m) => m.busySlots))
+  metrics.gauge('meshnode_model_queued_requests', 'Requests waiting for a slot of each loaded model', ['model', 'kind'], loaded((m) => m.queued))
+  const downloading = (): ModelRecord[] => models.list().filter((m) => m.status === 'downloading')
+  metrics.gauge('meshnode_model_downloads_active', 'Model downloads running', [], () => downloading().length)
+  metrics.gauge('meshnode_model_download_received_bytes', 'Bytes of each running download on disk so far', ['model'], () =>
+    downloading().map((m) => ({ labels: { model: m.modelID }, value: m.progress?.receivedBytes ?? 0 })))
+  metrics.gauge('meshnode_model_download_size_bytes', 'Size of the file each running download fetches, once the hub has told it', ['model'], () =>
+    downloading().flatMap((m) => m.progress?.totalBytes == null ? [] : [{ labels: { model: m.modelID }, value: m.progress.totalBytes }]))
 }
 
 /** The models on this node's disk, as the local router sees them. */

@@ -116,6 +116,7 @@ export class AgentService {
   readonly #responder: AgentResponder
   readonly #setProfile: StatementSync
   #profile: { name: string | null, capabilities: string[], systemPrompt: string }
+  readonly #profileListeners = new Set<() => void>()
   #started = false
 
   constructor (deps: AgentServiceDeps, options: AgentServiceOptions = {}) {
@@ -191,7 +192,14 @@ export class AgentService {
     this.#setProfile.run(next.name, JSON.stringify(next.capabilities), next.systemPrompt)
     this.#profile = next
     this.#log.info({ name: this.#name(), capabilities: next.capabilities }, 'agent profile changed')
+    for (const listener of this.#profileListeners) listener()
     return this.profile()
+  }
+
+  /** Calls `listener` after each change of the profile (`updateProfile`); returns the function that stops it. Listeners must not throw. */
+  onProfileChange (listener: () => void): () => void {
+    this.#profileListeners.add(listener)
+    return () => { this.#profileListeners.delete(listener) }
   }
 
   /** What peers see of this agent in its capability record: name and capabilities (the system prompt stays here). */

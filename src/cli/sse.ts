@@ -1,3 +1,5 @@
+import { createParser } from 'eventsource-parser'
+
 /** One server-sent event: its `event:` name (`message` when unnamed) and its `data:` text. */
 export interface SseEvent {
   event: string
@@ -6,26 +8,19 @@ export interface SseEvent {
 
 /**
  * The events of a server-sent event stream as they arrive. Comment lines (keep-alives) are not events; `onComment`
- * sees them, for callers that care (tests do).
+ * sees them, for callers that care (tests do). An event left unfinished when the stream ends is not one.
  */
 export async function * readSse (response: Response, options: { onComment?: (text: string) => void } = {}): AsyncGenerator<SseEvent> {
   if (response.body == null) return
+  const { onComment } = options
+  const parsed: SseEvent[] = []
+  const parser = createParser({
+    onEvent: ({ event, data }) => { parsed.push({ event: event ?? 'message', data }) },
+    onComment: onComment == null ? undefined : (text) => { onComment(text.trim()) }
+  })
   const decoder = new TextDecoder()
-  let buffer = ''
   for await (const bytes of response.body) {
-    buffer += decoder.decode(bytes, { stream: true })
-    let end: number
-    while ((end = buffer.indexOf('\n\n')) !== -1) {
-      const block = buffer.slice(0, end)
-      buffer = buffer.slice(end + 2)
-      let event = 'message'
-      let data: string | null = null
-      for (const line of block.split('\n')) {
-        if (line.startsWith(':')) options.onComment?.(line.slice(1).trim())
-        else if (line.startsWith('event: ')) event = line.slice(7)
-        else if (line.startsWith('data: ')) data = line.slice(6)
-      }
-      if (data != null) yield { event, data }
-    }
+    parser.feed(decoder.decode(bytes, { stream: true }))
+    for (const event of parsed.splice(0)) yield event
   }
 }

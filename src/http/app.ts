@@ -159,12 +159,12 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
     if (closing) throw new UnavailableError('meshnode is shutting down')
   })
 
-  const requests = deps.metrics.counter('meshnode_http_requests_total', 'HTTP requests by route and status')
+  const requests = deps.metrics.counter('meshnode_http_requests_total', 'HTTP requests by route and status', ['method', 'route', 'status'])
   const latency = deps.metrics.histogram('meshnode_http_request_duration_seconds', 'HTTP request latency by route',
-    [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30])
+    [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30], ['route'])
   // A client that leaves before its answer is complete (a closed tab, a Ctrl-C, a timeout on its side) is no error of
   // ours: one info line and a count, whatever the route (streams included; hijacked replies never reach onResponse).
-  const disconnects = deps.metrics.counter('meshnode_http_client_disconnects_total', 'Requests whose client left before the response was complete, by route')
+  const disconnects = deps.metrics.counter('meshnode_http_client_disconnects_total', 'Requests whose client left before the response was complete, by route', ['route'])
   app.addHook('onRequest', async (request, reply) => {
     reply.raw.once('close', () => {
       if (reply.raw.writableEnded) return

@@ -1,46 +1,31 @@
+import { pushable, type Pushable } from 'it-pushable'
+
 /**
  * Turns node-llama-cpp's callbacks (`onTextChunk`) into an async iterator for one consumer, so text can be
  * yielded token by token while the generation runs. The producer never waits for the consumer: a generation holds
- * a slot others queue for, so it runs at full speed and the buffer grows by at most `maxTokens` chunks.
+ * a slot others queue for, so it runs at full speed and the buffer grows by at most `maxTokens` chunks. A consumer
+ * that leaves early ends it: what is pushed after is dropped.
  */
 export class ChunkQueue<T> implements AsyncIterable<T> {
-  private readonly items: T[] = []
-  private ended = false
-  private failure: { reason: unknown } | null = null
-  private wake: (() => void) | null = null
+  readonly #items: Pushable<T> = pushable<T>({ objectMode: true })
 
   push (item: T): void {
-    this.items.push(item)
-    this.notify()
+    this.#items.push(item)
   }
 
   /** No more items: the iterator finishes once the buffered ones are consumed. */
   end (): void {
-    this.ended = true
-    this.notify()
+    this.#items.end()
   }
 
   /** The producer failed: the iterator throws `reason` once the buffered items are consumed. */
   fail (reason: unknown): void {
-    this.failure = { reason }
-    this.notify()
+    // An error given to end() replaces what is still buffered: it goes in only once the consumer has taken those.
+    const items = this.#items
+    void items.onEmpty().then(() => { items.end((reason ?? new Error('the producer failed')) as Error) })
   }
 
-  async * [Symbol.asyncIterator] (): AsyncGenerator<T, void, undefined> {
-    while (true) {
-      if (this.items.length > 0) {
-        for (const item of this.items.splice(0)) yield item
-        continue
-      }
-      if (this.failure != null) throw this.failure.reason
-      if (this.ended) return
-      await new Promise<void>((resolve) => { this.wake = resolve })
-    }
-  }
-
-  private notify (): void {
-    const wake = this.wake
-    this.wake = null
-    wake?.()
+  [Symbol.asyncIterator] (): AsyncIterator<T> {
+    return this.#items
   }
 }

@@ -17,6 +17,8 @@ export interface EmbedderOptions {
   /** Requests that may wait while another is embedded; the next one gets QueueFullError. */
   queueSize: number
   retryAfterSeconds: number
+  /** Called each time a request takes its turn, waits for it, or is done (`SlotPoolOptions.changed`). */
+  changed?: () => void
 }
 
 /**
@@ -34,7 +36,7 @@ export class Embedder {
     this.#model = model
     this.#prompt = prompt
     this.#options = options
-    this.#turn = new SlotPool([{}], { queueSize: options.queueSize, retryAfterSeconds: options.retryAfterSeconds })
+    this.#turn = new SlotPool([{}], { queueSize: options.queueSize, retryAfterSeconds: options.retryAfterSeconds, changed: options.changed })
   }
 
   get queued (): number {

@@ -46,6 +46,8 @@ export type UnloadReason = 'explicit' | 'evicted' | 'idle' | 'closing'
 export interface LocalEngineEvents {
   loaded: [event: { info: LoadedModelInfo, reason: LoadReason }]
   unloaded: [event: { modelID: string, reason: UnloadReason }]
+  /** What `stats()` counts changed: a slot of a loaded model taken or freed, a request queued or out of the queue. */
+  stats: []
 }
 
 export interface EngineStats {

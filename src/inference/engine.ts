@@ -130,6 +130,7 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
       const instance = await this.instance(modelID, path, file.sizeBytes, file.kind, memoryBytes, llama, model, reason)
       this.models.set(modelID, instance)
       instance.onIdle = () => { this.scheduleKeepAlive(instance, true) }
+      instance.onStats = () => { this.emit('stats') }
       this.scheduleKeepAlive(instance, false)
       this.log.info({ ...instance.info, loadedBy: reason, flashAttention, loadMs: Math.round(performance.now() - started) }, 'model loaded')
       this.emit('loaded', { info: instance.info, reason })
@@ -281,7 +282,11 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
   /** Takes a model out of the set (requests naming it from now on find it gone), waits for its requests, frees it. */
   private async remove (instance: ModelInstance, reason: UnloadReason): Promise<void> {
     const { modelID } = instance.info
-    if (this.models.get(modelID) === instance) this.models.delete(modelID)
+    instance.onStats = null
+    if (this.models.get(modelID) === instance) {
+      this.models.delete(modelID)
+      this.emit('stats') // its slots and queue no longer count
+    }
     const timer = this.keepAliveTimers.get(instance)
     if (timer != null) clearTimeout(timer)
     this.keepAliveTimers.delete(instance)

@@ -101,6 +101,8 @@ export class ModelInstance {
   #whenIdle: Array<() => void> = []
   /** Called each time the last request in flight settles. */
   onIdle: (() => void) | null = null
+  /** Called each time `busySlots` or `queued` changes; must not throw. */
+  onStats: (() => void) | null = null
 
   constructor (info: LoadedModelInfo, parts: ModelParts, loadedBy: LoadReason, log: InferenceLogger, options: ModelInstanceOptions) {
     this.info = info
@@ -110,7 +112,8 @@ export class ModelInstance {
     this.#model = parts.model
     this.#options = options
     this.#embedder = new Embedder(parts.model, parts.prompt, {
-      contextSize: info.contextLength, threads: options.threads, queueSize: options.queueSize, retryAfterSeconds: options.retryAfterSeconds
+      contextSize: info.contextLength, threads: options.threads, queueSize: options.queueSize, retryAfterSeconds: options.retryAfterSeconds,
+      changed: () => { this.onStats?.() }
     })
   }
 
@@ -264,7 +267,7 @@ export class ModelInstance {
     batching.attach(context)
     const slots: Slot[] = []
     for (let i = 0; i < this.#options.slots; i++) slots.push({ sequence: context.getSequence(), owner: null, lastUsed: 0 })
-    const pool = new SlotPool(slots, { queueSize: this.#options.queueSize, retryAfterSeconds: this.#options.retryAfterSeconds })
+    const pool = new SlotPool(slots, { queueSize: this.#options.queueSize, retryAfterSeconds: this.#options.retryAfterSeconds, changed: () => { this.onStats?.() } })
     if (this.#unloading.signal.aborted) pool.close(this.#unloading.signal.reason as Error)
     this.#pool = pool
     this.#context = context

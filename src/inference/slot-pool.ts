@@ -5,6 +5,8 @@ export interface SlotPoolOptions {
   queueSize: number
   /** The hint QueueFullError carries. */
   retryAfterSeconds: number
+  /** Called each time `busy` or `queued` changes (a slot taken or given back, a waiter in or out); must not throw. */
+  changed?: () => void
 }
 
 interface Waiter<T> {
@@ -54,7 +56,9 @@ export class SlotPool<T extends object> {
     if (this.free.length > 0) {
       const chosen = choose?.(this.free) ?? this.free.length - 1
       const index = Number.isInteger(chosen) && chosen >= 0 && chosen < this.free.length ? chosen : this.free.length - 1
-      return this.free.splice(index, 1)[0]
+      const [slot] = this.free.splice(index, 1)
+      this.options.changed?.()
+      return slot
     }
     if (this.waiters.length >= this.options.queueSize) {
       throw new QueueFullError(this.options.queueSize, this.options.retryAfterSeconds)
@@ -62,11 +66,13 @@ export class SlotPool<T extends object> {
     return await new Promise<T>((resolve, reject) => {
       const onAbort = (): void => {
         this.waiters.splice(this.waiters.indexOf(waiter), 1)
+        this.options.changed?.()
         reject(signal?.reason)
       }
       const waiter: Waiter<T> = { resolve, reject, forget: () => signal?.removeEventListener('abort', onAbort) }
       signal?.addEventListener('abort', onAbort, { once: true })
       this.waiters.push(waiter)
+      this.options.changed?.()
     })
   }
 
@@ -74,16 +80,20 @@ export class SlotPool<T extends object> {
     const next = this.waiters.shift()
     if (next == null) {
       this.free.push(slot)
+      this.options.changed?.()
       return
     }
     next.forget()
+    this.options.changed?.()
     next.resolve(slot)
   }
 
   /** Refuses every waiter and every later `acquire` with `reason`; slots already out may still be released. */
   close (reason: Error): void {
     this.closedReason = reason
-    for (const waiter of this.waiters.splice(0)) {
+    const waiters = this.waiters.splice(0)
+    if (waiters.length > 0) this.options.changed?.()
+    for (const waiter of waiters) {
       waiter.forget()
       waiter.reject(reason)
     }

@@ -1,1 +1,1 @@
-export { MetricsRegistry, Counter, Histogram } from './registry.ts'
+export { MetricsRegistry, type Counter, type Histogram, type GaugeReading } from './registry.ts'

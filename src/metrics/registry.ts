@@ -1,105 +1,76 @@
-// A small Prometheus text-format registry: counters, gauges read on scrape, and histograms. Each domain registers its
-// own series; GET /metrics renders them all. Labels are fixed per series at registration.
+// The node's Prometheus metrics, on prom-client: counters and histograms that domains update as things happen, gauges
+// read on scrape (so nothing has to keep them up to date), and the process's own metrics. Each domain registers its
+// own series; GET /metrics renders them all. The label names of a series are fixed at registration.
+import { Counter as PromCounter, Gauge, Histogram as PromHistogram, Registry, collectDefaultMetrics } from 'prom-client'
 
-type Labels = Record<string, string>
+type Labels<L extends string> = Partial<Record<L, string>>
 
-interface Series {
-  name: string
-  help: string
-  type: 'counter' | 'gauge' | 'histogram'
-  render: () => string[]
+/** A count that only goes up, per label set. */
+export interface Counter<L extends string = never> {
+  inc (labels?: Labels<L>, by?: number): void
 }
 
-export class Counter {
-  readonly #values = new Map<string, { labels: Labels, value: number }>()
-  inc (labels: Labels = {}, by = 1): void {
-    const key = labelKey(labels)
-    const entry = this.#values.get(key)
-    if (entry == null) this.#values.set(key, { labels, value: by })
-    else entry.value += by
-  }
-
-  lines (name: string): string[] {
-    return [...this.#values.values()].map(({ labels, value }) => `${name}${formatLabels(labels)} ${value}`)
-  }
+/** Observations counted into fixed buckets, with their sum, per label set. */
+export interface Histogram<L extends string = never> {
+  observe (value: number, labels?: Labels<L>): void
 }
 
-export class Histogram {
-  readonly #buckets: readonly number[]
-  readonly #values = new Map<string, { labels: Labels, counts: number[], sum: number, count: number }>()
-  constructor (buckets: readonly number[]) {
-    this.#buckets = buckets
-  }
+/** What a gauge reads on scrape: one value, or one per label set (a label set left out has no series). */
+export type GaugeReading<L extends string> = number | Iterable<{ labels: Labels<L>, value: number }>
 
-  observe (value: number, labels: Labels = {}): void {
-    const key = labelKey(labels)
-    let entry = this.#values.get(key)
-    if (entry == null) {
-      entry = { labels, counts: this.#buckets.map(() => 0), sum: 0, count: 0 }
-      this.#values.set(key, entry)
-    }
-    for (let i = 0; i < this.#buckets.length; i++) if (value <= this.#buckets[i]) entry.counts[i]++
-    entry.sum += value
-    entry.count++
-  }
+/**
+ * Process metrics (CPU, memory, heap, event-loop lag, GC, handles) describe the process, not a node, and their
+ * collectors are never released (an event-loop delay monitor, a GC observer): one set per process, made when the
+ * first registry is, and shown by every node's registry beside its own series.
+ */
+let processMetrics: Registry | null = null
 
-  lines (name: string): string[] {
-    const out: string[] = []
-    for (const { labels, counts, sum, count } of this.#values.values()) {
-      this.#buckets.forEach((bound, i) => out.push(`${name}_bucket${formatLabels({ ...labels, le: String(bound) })} ${counts[i]}`))
-      out.push(`${name}_bucket${formatLabels({ ...labels, le: '+Inf' })} ${count}`)
-      out.push(`${name}_sum${formatLabels(labels)} ${sum}`)
-      out.push(`${name}_count${formatLabels(labels)} ${count}`)
-    }
-    return out
+function processRegistry (): Registry {
+  if (processMetrics == null) {
+    processMetrics = new Registry()
+    collectDefaultMetrics({ register: processMetrics })
   }
+  return processMetrics
 }
 
+/** One node's series. Several nodes may run in one process: each has its own registry, never prom-client's global one. */
 export class MetricsRegistry {
-  readonly #series: Series[] = []
+  readonly #registry = new Registry()
+  readonly #process = processRegistry()
 
-  counter (name: string, help: string): Counter {
-    const counter = new Counter()
-    this.#series.push({ name, help, type: 'counter', render: () => counter.lines(name) })
-    return counter
+  counter<L extends string = never> (name: string, help: string, labelNames: readonly L[] = []): Counter<L> {
+    const counter = new PromCounter<L>({ name, help, labelNames, registers: [this.#registry] })
+    return { inc: (labels = {}, by = 1) => { counter.inc(labels, by) } }
   }
 
-  histogram (name: string, help: string, buckets: readonly number[]): Histogram {
-    const histogram = new Histogram(buckets)
-    this.#series.push({ name, help, type: 'histogram', render: () => histogram.lines(name) })
-    return histogram
+  histogram<L extends string = never> (name: string, help: string, buckets: readonly number[], labelNames: readonly L[] = []): Histogram<L> {
+    const histogram = new PromHistogram<L>({ name, help, buckets: [...buckets], labelNames, registers: [this.#registry] })
+    return { observe: (value, labels = {}) => { histogram.observe(labels, value) } }
   }
 
-  /** A gauge whose value is read when scraped, so nothing has to keep it up to date. */
-  gauge (name: string, help: string, read: () => number | Array<{ labels: Labels, value: number }>): void {
-    this.#series.push({
+  /** A gauge whose value is read when scraped; the series of a label set not read this time are gone. */
+  gauge<L extends string = never> (name: string, help: string, labelNames: readonly L[], read: () => GaugeReading<L>): void {
+    new Gauge<L>({ // kept by the registry it registers in
       name,
       help,
-      type: 'gauge',
-      render: () => {
-        const value = read()
-        return typeof value === 'number'
-          ? [`${name} ${value}`]
-          : value.map((entry) => `${name}${formatLabels(entry.labels)} ${entry.value}`)
+      labelNames,
+      registers: [this.#registry],
+      collect () {
+        this.reset()
+        const reading = read()
+        if (typeof reading === 'number') this.set(reading)
+        else for (const { labels, value } of reading) this.set(labels, value)
       }
     })
   }
 
-  render (): string {
-    const out: string[] = []
-    for (const series of this.#series) {
-      out.push(`# HELP ${series.name} ${series.help}`, `# TYPE ${series.name} ${series.type}`, ...series.render())
-    }
-    return out.join('\n') + '\n'
+  /** The `Content-Type` of `render`'s text: the Prometheus text format 0.0.4. */
+  get contentType (): string {
+    return this.#registry.contentType
   }
-}
 
-function labelKey (labels: Labels): string {
-  return Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(',')
-}
-
-function formatLabels (labels: Labels): string {
-  const entries = Object.entries(labels)
-  if (entries.length === 0) return ''
-  return '{' + entries.map(([k, v]) => `${k}="${v.replaceAll('\\', '\\\\').replaceAll('"', '\\"').replaceAll('\n', '\\n')}"`).join(',') + '}'
+  /** Every series of this node, then the process's, in the Prometheus text format. */
+  async render (): Promise<string> {
+    return await Registry.merge([this.#registry, this.#process]).metrics()
+  }
 }

@@ -19,6 +19,7 @@ export interface DemandEntry {
 export class DemandTracker {
   /** Decaying count per model: { score, at (unix ms of the score) }. */
   readonly #demand = new Map<string, { score: number, at: number }>()
+  readonly #listeners = new Set<() => void>()
 
   /** Counts one request for `modelID`. */
   record (modelID: string, now: number = Date.now()): void {
@@ -30,6 +31,16 @@ export class DemandTracker {
       this.#demand.clear()
       for (const { modelID: id, requests } of kept) this.#demand.set(id, { score: requests, at: now })
     }
+    for (const listener of this.#listeners) listener()
+  }
+
+  /**
+   * Calls `listener` after each request counted; returns the function that stops it. The decay is no event: `list`
+   * shows it whenever it is read. Listeners must not throw.
+   */
+  onRecord (listener: () => void): () => void {
+    this.#listeners.add(listener)
+    return () => { this.#listeners.delete(listener) }
   }
 
   /** The demand now, most demanded first, at most MAX_DEMAND_ENTRIES; what has decayed below half a request is gone. */

@@ -45,7 +45,10 @@ export interface PeerNetworkOptions {
   degradedLatencyMs?: number
   /** How long a peer that sent a malformed, oversized or forged message stays refused. @default 600_000 */
   banMs?: number
-  /** How often this node's record is looked at for a change to push to its peers. @default 1_000 */
+  /**
+   * How often every part of this node's record is read again though no change was announced (`recordChanged`): the
+   * safety net for what changes with time alone. @default 30_000
+   */
   recordCheckMs?: number
   /** A change of this node's load alone is pushed at most this often. @default 5_000 */
   loadPushIntervalMs?: number
@@ -213,9 +216,17 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     return this.#policy.maxConnections
   }
 
-  /** A domain's part of this node's capability record (models, load, price, PTN certificates, agent, demand). */
+  /**
+   * A domain's part of this node's capability record (models, load, price, PTN certificates, agent, demand), read now
+   * and again whenever `recordChanged` names it.
+   */
   advertise<K extends RecordPart> (part: K, value: () => RecordParts[K]): void {
     this.#records.contribute(part, value)
+  }
+
+  /** What these parts of this node's record are made of changed: they are read again, and a change goes to the peers. */
+  recordChanged (...parts: RecordPart[]): void {
+    this.#records.changed(...parts)
   }
 
   /** Trusts the PTN domain to say which PTNs a peer's certificates prove (see `Admission.trustPtnCertificates`). */

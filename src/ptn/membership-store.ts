@@ -47,10 +47,10 @@ interface OwnEntry extends OwnCertificate {
  * Each rule that spans rows (one membership per PTN, at most MAX_PTN_MEMBERSHIPS in effect, an invite used once) is
  * checked in the transaction that writes.
  *
- * This node's valid certificates are asked for every second (its record) and for each peer's request (reserved
- * slots), so their signatures are checked once, when a membership changes, not on every ask: every write to
- * `ptn_memberships` goes through this class and forgets the set. Expiry is compared on every read, so a certificate
- * stops counting the moment it expires.
+ * This node's valid certificates are asked for each time its record is read again (after a change, and by the
+ * record's safety timer) and for each peer's request (reserved slots), so their signatures are checked once, when a
+ * membership changes, not on every ask: every write to `ptn_memberships` goes through this class, forgets the set
+ * and tells `changed`. Expiry is compared on every read, so a certificate stops counting the moment it expires.
  */
 export class MembershipStore {
   readonly #db: Database
@@ -58,6 +58,7 @@ export class MembershipStore {
   /** This node's certificates of the memberships in effect, signature checked; null until asked after a change. */
   #own: OwnEntry[] | null = null
   readonly #now: () => number
+  readonly #changed: (() => void) | undefined
 
   readonly #selectMemberships: StatementSync
   readonly #selectMembership: StatementSync
@@ -75,11 +76,13 @@ export class MembershipStore {
   /**
    * @param deps.nodeID this node: whose certificates the memberships hold
    * @param options.now the clock certificates are judged by. @default Date.now
+   * @param options.changed called after each write to this node's memberships; must not throw
    */
-  constructor (deps: { db: Database, nodeID: string }, options: { now?: () => number } = {}) {
+  constructor (deps: { db: Database, nodeID: string }, options: { now?: () => number, changed?: () => void } = {}) {
     this.#db = deps.db
     this.#nodeID = deps.nodeID
     this.#now = options.now ?? (() => Date.now())
+    this.#changed = options.changed
     const db = deps.db
     const columns = 'ptn_id, name, role, status, cert_data'
     this.#selectMemberships = db.prepare(`SELECT ${columns} FROM ptn_memberships ORDER BY joined_at, rowid`)
@@ -227,6 +230,7 @@ export class MembershipStore {
     } finally {
       this.#own = null   // also after a rollback: the next read opens what is committed
     }
+    this.#changed?.()
   }
 
   #openOwn (): OwnEntry[] {

@@ -2,7 +2,7 @@
 
 /**
  * Memberships in effect (`active` or `recovered`) one node may hold: a create, join or recover past it is refused
- * (409). Bounded because every membership is looked at each time the record is (every second) and each time a
+ * (409). Bounded because every membership is looked at each time the record is read again and each time a
  * peer's request is weighed for reserved slots, and its certificate checked again whenever one changes; far above
  * what a node needs.
  */

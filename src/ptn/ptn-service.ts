@@ -48,12 +48,13 @@ export class PtnService {
   readonly #authority: PtnAuthority
   readonly #member: PtnMember
   readonly #responder: PtnResponder
+  readonly #membershipListeners = new Set<() => void>()
 
   constructor (deps: PtnServiceDeps, options: PtnServiceOptions) {
     const { db, identity, peers, log } = deps
     const { now } = options
     const keys = new CaKeyStore({ dir: options.dir })
-    this.#store = new MembershipStore({ db, nodeID: identity.nodeID }, { now })
+    this.#store = new MembershipStore({ db, nodeID: identity.nodeID }, { now, changed: () => { for (const listener of this.#membershipListeners) listener() } })
     this.#certificates = new VerifiedCertificates({ now })
     this.#asker = new PtnAsker({ identity, peers, store: this.#store, certificates: this.#certificates }, { requestTimeoutMs: options.requestTimeoutMs, now })
     this.#authority = new PtnAuthority({ identity, store: this.#store, keys, asker: this.#asker, log },
@@ -120,6 +121,16 @@ export class PtnService {
   /** Re-establishes a membership from what survives, with the CA key or through an admin (`PtnMember.recover`). */
   async recover (ptnID: string, options: { signal?: AbortSignal } = {}): Promise<{ status: 'recovered', ptnID: string }> {
     return await this.#member.recover(ptnID, options)
+  }
+
+  /**
+   * Calls `listener` after each change of this node's memberships (created, joined, promoted, left, recovered): what
+   * `certificatesForAdvert` and `memberPtnIDs` read. A certificate expiring is no change here: they judge expiry when
+   * read. Returns the function that stops it; listeners must not throw.
+   */
+  onMembershipChange (listener: () => void): () => void {
+    this.#membershipListeners.add(listener)
+    return () => { this.#membershipListeners.delete(listener) }
   }
 
   /**

@@ -2,8 +2,12 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
 import { Writable } from 'node:stream'
-import { startTestNode } from '../support/node.ts'
+import { join } from 'node:path'
+import { startTestNode, tempDir, waitFor, type Api } from '../support/node.ts'
 import { bareHttpApp } from '../support/bare-app.ts'
+import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+import { startFakeHub } from '../support/fake-hub.ts'
+import { writeTinyGguf } from '../support/tiny-gguf.ts'
 import { createLogger } from '../../src/log.ts'
 
 test('GET /health answers the contract shape without a key', async (t) => {
@@ -94,7 +98,90 @@ test('GET /metrics speaks the Prometheus text format and counts requests by rout
   assert.match(text, /# TYPE meshnode_http_requests_total counter/)
   assert.match(text, /meshnode_http_requests_total\{method="GET",route="\/health",status="200"\} 1/)
   assert.match(text, /meshnode_http_requests_total\{method="GET",route="unmatched",status="404"\} 1/)
-  assert.match(text, /meshnode_http_request_duration_seconds_bucket\{route="\/health",le="\+Inf"\} 1/)
+  assert.match(text, /meshnode_http_request_duration_seconds_bucket\{le="\+Inf",route="\/health"\} 1/)
+})
+
+/**
+ * GET /metrics read as a Prometheus server reads it: the text format's content type, a `# TYPE` line before each
+ * family's samples, every other line a sample. Samples by name and labels as written (`name{a="x",b="y"}`).
+ */
+async function scrape (api: Api): Promise<{ types: Map<string, string>, samples: Map<string, number> }> {
+  const res = await api.get('/metrics')
+  assert.equal(res.status, 200)
+  assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4; charset=utf-8$/)
+  const types = new Map<string, string>()
+  const samples = new Map<string, number>()
+  let family: string | null = null
+  for (const line of (res.body as string).split('\n')) {
+    if (line === '' || line.startsWith('# HELP ')) continue
+    const type = /^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$/.exec(line)
+    if (type != null) {
+      types.set(type[1], type[2])
+      family = type[1]
+      continue
+    }
+    const sample = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? (\S+)$/.exec(line)
+    assert.ok(sample != null, `a sample line: ${line}`)
+    assert.ok(family != null && [family, `${family}_bucket`, `${family}_sum`, `${family}_count`].includes(sample[1]), `${sample[1]} follows its # TYPE line`)
+    const value = Number(sample[3])
+    assert.ok(!Number.isNaN(value) || sample[3] === 'NaN', `${line} has a number`)
+    samples.set(sample[1] + (sample[2] ?? ''), value)
+  }
+  return { types, samples }
+}
+
+test('GET /metrics shows each loaded model\'s slots and queue, each running download, and the process', async (t) => {
+  const REPO = 'meshnode-test/metrics'
+  const DOWNLOAD = `hf.co/${REPO}/tiny.gguf`
+  const hub = await startFakeHub()
+  t.after(() => hub.close())
+  const file = await writeTinyGguf(join(await tempDir(t, 'meshnode-hub-files-'), 'tiny.gguf'), { seed: 9 })
+  await hub.addFile(REPO, 'tiny.gguf', file.path)
+  // A long context keeps the one slot generating while a second request waits for it.
+  const { api, node, openai } = await startChatNode(t, { slots: 1, contextSize: 32_768, hfEndpoint: hub.url }, { contextLength: 32_768 })
+  const loaded = `{model="${TINY_MODEL_ID}",kind="chat"}`
+  const idle = await scrape(api)
+  for (const name of ['meshnode_model_slots', 'meshnode_model_busy_slots', 'meshnode_model_queued_requests', 'meshnode_model_downloads_active',
+    'meshnode_model_download_received_bytes', 'meshnode_model_download_size_bytes']) assert.equal(idle.types.get(name), 'gauge', name)
+  assert.equal(idle.samples.get(`meshnode_model_slots${loaded}`), 1)
+  assert.equal(idle.samples.get(`meshnode_model_busy_slots${loaded}`), 0)
+  assert.equal(idle.samples.get(`meshnode_model_queued_requests${loaded}`), 0)
+  assert.equal(idle.samples.get('meshnode_model_downloads_active'), 0)
+  assert.equal(idle.types.get('nodejs_heap_size_used_bytes'), 'gauge', 'the process\'s own metrics')
+  assert.equal(idle.types.get('process_cpu_seconds_total'), 'counter')
+
+  // Greedy: the tiny model never picks end-of-generation then, so the request runs until it is aborted.
+  const long = { model: TINY_MODEL_ID, messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 100_000, temperature: 0, stream: true as const }
+  const running = new AbortController()
+  const first = (await openai.chat.completions.create(long, { signal: running.signal }))[Symbol.asyncIterator]()
+  await first.next() // the role chunk: the one slot is taken
+  const waiting = new AbortController()
+  const queued = fetch(`${node.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(long), signal: waiting.signal })
+  hub.stallAfterBytes(100_000) // the transfer holds here until the node hangs up
+  assert.equal((await api.post('/v1/app/models/download', { modelID: DOWNLOAD })).status, 200)
+
+  const busy = await waitFor(async () => {
+    const { samples } = await scrape(api)
+    const received = samples.get(`meshnode_model_download_received_bytes{model="${DOWNLOAD}"}`) ?? 0
+    const listed = ((await api.get('/v1/app/models')).body.models as Array<{ modelID: string, progress: { receivedBytes: number } | null }>)
+      .find((m) => m.modelID === DOWNLOAD)?.progress?.receivedBytes
+    return samples.get(`meshnode_model_queued_requests${loaded}`) === 1 && received > 0 && received === listed ? samples : undefined
+  }, { what: 'the second request to queue and the download\'s bytes to arrive' })
+  assert.equal(busy.get(`meshnode_model_slots${loaded}`), 1)
+  assert.equal(busy.get(`meshnode_model_busy_slots${loaded}`), 1)
+  assert.equal(busy.get('meshnode_model_downloads_active'), 1)
+  assert.equal(busy.get(`meshnode_model_download_size_bytes{model="${DOWNLOAD}"}`), file.sizeBytes)
+
+  running.abort()
+  waiting.abort()
+  await queued.catch(() => undefined)
+  await waitFor(async () => {
+    const { samples } = await scrape(api)
+    return samples.get(`meshnode_model_busy_slots${loaded}`) === 0 && samples.get(`meshnode_model_queued_requests${loaded}`) === 0
+  }, { what: 'the aborted requests to leave the slot and the queue' })
+  assert.equal((await api.post('/v1/app/models/unload', { modelID: TINY_MODEL_ID })).status, 200)
+  const after = await scrape(api)
+  assert.ok(![...after.samples.keys()].some((key) => key.startsWith('meshnode_model_slots{')), 'an unloaded model has no series')
 })
 
 test('a 500 carries a request id and no stack or cause, and is logged once with that id', async (t) => {

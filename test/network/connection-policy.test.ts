@@ -40,7 +40,6 @@ const NETWORK: PeerNetworkOptions = {
   targetPeers: 2,
   inboundConnectionsPerSecond: 10_000,   // every node is 127.0.0.1 here
   pingIntervalMs: 2_000,
-  recordCheckMs: 100,
   adverts: { debounceMs: 100, resyncMs: 2_000, pullMs: 5_000 },
   wan: { syncIntervalMs: 2_000, fastSyncMs: 200, minBackoffMs: 100, maxBackoffMs: 1_000, dialTimeoutMs: 5_000, reservationTimeoutMs: 5_000 }
 }

@@ -101,7 +101,10 @@ export async function startLightNode (options: LightNodeOptions): Promise<LightN
     network,
     settings,
     router,
-    serve: (modelID) => { model = modelID },
+    serve: (modelID) => {
+      model = modelID
+      network.recordChanged('models')
+    },
     ask: async (modelID, content) => {
       const generation = router.route({ kind: 'chat', modelID, messages: [{ role: 'user', content }], maxTokens: 8 })
       let text = ''

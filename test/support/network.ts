@@ -7,10 +7,12 @@ import { generateSeed } from '../../src/identity/index.ts'
 import { startRelay, type RunningRelay } from '../../src/network/relay/relay.ts'
 import { startTestNode, waitFor, type TestNode } from './node.ts'
 
-/** Pings, record checks and WAN syncs fast enough for a test to see peers come and go within a second or two. */
+/**
+ * Pings, load pushes and WAN syncs fast enough for a test to see peers come and go within a second or two. The
+ * record's safety timer keeps its default: a change a test waits for is pushed on its event.
+ */
 export const FAST_NETWORK: NonNullable<NodeConfig['network']> = {
   pingIntervalMs: 1_000,
-  recordCheckMs: 100,
   loadPushIntervalMs: 300,
   mdnsQueryIntervalMs: 500,
   wan: { syncIntervalMs: 1_000, fastSyncMs: 200, minBackoffMs: 100, maxBackoffMs: 1_000, dialTimeoutMs: 3_000, reservationTimeoutMs: 3_000 }

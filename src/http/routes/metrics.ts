@@ -5,6 +5,6 @@ import { errorResponses } from '../schemas/common.ts'
 
 export const metricsRoutes: FastifyPluginAsyncZod<{ metrics: MetricsRegistry }> = async (app, { metrics }) => {
   app.get('/metrics', { schema: { summary: 'Prometheus metrics', tags: ['operations'], response: { 200: z.string(), ...errorResponses } } }, async (_request, reply) => {
-    return reply.type('text/plain; version=0.0.4; charset=utf-8').send(metrics.render())
+    return reply.type(metrics.contentType).send(await metrics.render())
   })
 }
