@@ -15,8 +15,14 @@ import type { TokenizeAnswer, TokenizeJob } from './tokenizer-thread.ts'
 export const INLINE_TOKENIZE_BYTES = 32 * 1024
 /** Large texts that may wait for the tokenizer thread at once; the next one is refused as busy. */
 export const MAX_QUEUED_TOKENIZATIONS = 16
-/** The tokenizer thread ends after this long without work, and gives its memory back. */
-const THREAD_IDLE_MS = 30_000
+/**
+ * The tokenizer thread ends after this long without work, and gives its memory back: ten minutes, as long as a model
+ * loaded for requests stays by default. An agent's turns come minutes apart (its tool calls, the model's own answers)
+ * and each brings a prompt far over INLINE_TOKENIZE_BYTES; a thread ended between them makes every turn pay its start
+ * again: node-llama-cpp and the model's vocabulary loaded anew, 1.3 s per turn on the reference machine
+ * (bench/README.md).
+ */
+const THREAD_IDLE_MS = 10 * 60_000
 const RETRY_AFTER_SECONDS = 1
 
 /** The longest text, in UTF-8 bytes, any one token of this model's vocabulary stands for (at least 1). */
