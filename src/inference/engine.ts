@@ -296,6 +296,8 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
       ? new NoModelLoadedError(`Model ${modelID} was unloaded: the engine is closing`)
       : new ModelSwappedError(modelID, `it was ${reason === 'explicit' ? 'unloaded' : reason === 'idle' ? 'unloaded after its keep-alive' : 'evicted'}`))
     this.log.info({ modelID, reason }, 'model unloaded')
+    // The tokenizer thread serves the loaded models (prompt-tokens.ts): with none left, and none coming in its place, it ends.
+    if (this.models.size === 0 && reason !== 'evicted') this.tokenizerThread.close()
     this.emit('unloaded', { modelID, reason })
   }
 

@@ -15,14 +15,6 @@ import type { TokenizeAnswer, TokenizeJob } from './tokenizer-thread.ts'
 export const INLINE_TOKENIZE_BYTES = 32 * 1024
 /** Large texts that may wait for the tokenizer thread at once; the next one is refused as busy. */
 export const MAX_QUEUED_TOKENIZATIONS = 16
-/**
- * The tokenizer thread ends after this long without work, and gives its memory back: ten minutes, as long as a model
- * loaded for requests stays by default. An agent's turns come minutes apart (its tool calls, the model's own answers)
- * and each brings a prompt far over INLINE_TOKENIZE_BYTES; a thread ended between them makes every turn pay its start
- * again: node-llama-cpp and the model's vocabulary loaded anew, 1.3 s per turn on the reference machine
- * (bench/README.md).
- */
-const THREAD_IDLE_MS = 10 * 60_000
 const RETRY_AFTER_SECONDS = 1
 
 /** The longest text, in UTF-8 bytes, any one token of this model's vocabulary stands for (at least 1). */
@@ -99,15 +91,18 @@ interface Pending {
 }
 
 /**
- * A tokenizer thread, started on the first large text and ended when idle (an engine owns one). Its jobs run one after
- * another; a caller that gives up stops waiting, and the thread finishes the job regardless (llama.cpp cannot be
- * interrupted mid-tokenization).
+ * A tokenizer thread, started on the first large text (an engine owns one). Its jobs run one after another; a caller
+ * that gives up stops waiting, and the thread finishes the job regardless (llama.cpp cannot be interrupted
+ * mid-tokenization). It stays while models are loaded, and the engine ends it with the last one: an agent's turns come
+ * minutes apart (its tool calls, the model's own answers; a cold turn of a 20k-token prefix on a CPU takes longer than
+ * that) and each brings a prompt far over INLINE_TOKENIZE_BYTES, and a thread ended between them makes the next turn
+ * pay its start again — node-llama-cpp and the model's vocabulary loaded anew, 1.3 s on the reference machine
+ * (bench/README.md). What it holds meanwhile: at most two vocabularies (tokenizer-thread.ts).
  */
 export class TokenizerThread {
   #worker: Worker | null = null
   #nextID = 0
   readonly #pending = new Map<number, Pending>()
-  #idleTimer: NodeJS.Timeout | null = null
 
   async tokenize (job: Omit<TokenizeJob, 'id'>, signal?: AbortSignal): Promise<Token[]> {
     signal?.throwIfAborted()
@@ -124,8 +119,6 @@ export class TokenizerThread {
   }
 
   #start (): Worker {
-    if (this.#idleTimer != null) clearTimeout(this.#idleTimer)
-    this.#idleTimer = null
     if (this.#worker != null) return this.#worker
     const worker = new Worker(new URL('./tokenizer-thread.ts', import.meta.url))
     worker.unref() // a node stopping never waits for it
@@ -135,7 +128,6 @@ export class TokenizerThread {
       this.#pending.delete(answer.id)
       if ('tokens' in answer) pending.resolve(Array.from(answer.tokens) as Token[])
       else pending.reject(new InvalidGenerationRequestError(`The text could not be tokenized: ${answer.error}`, 'input'))
-      if (this.#pending.size === 0) this.#idle(worker)
     })
     worker.on('error', (err) => { this.#end(worker, err) })
     worker.on('exit', () => { this.#end(worker, new Error('The tokenizer thread stopped')) })
@@ -143,16 +135,14 @@ export class TokenizerThread {
     return worker
   }
 
-  /** Ends the thread; waiting callers are refused. */
-  close (): void {
-    if (this.#idleTimer != null) clearTimeout(this.#idleTimer)
-    if (this.#worker != null) this.#end(this.#worker, null)
+  /** Whether the thread is running now. */
+  get running (): boolean {
+    return this.#worker != null
   }
 
-  #idle (worker: Worker): void {
-    this.#idleTimer = setTimeout(() => {
-      if (this.#worker === worker && this.#pending.size === 0) this.#end(worker, null)
-    }, THREAD_IDLE_MS).unref()
+  /** Ends the thread, giving its memory back; waiting callers are refused. The next large text starts it again. */
+  close (): void {
+    if (this.#worker != null) this.#end(this.#worker, null)
   }
 
   #end (worker: Worker, err: Error | null): void {

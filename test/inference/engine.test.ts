@@ -383,3 +383,20 @@ await test('flashAttention reaches llama.cpp\'s context as chosen, every choice 
   assert.equal(contextOf(byDefault).flashAttention, 'auto', 'the default is llama-server\'s')
   assert.throws(() => new LocalEngine({}, { flashAttention: 'fast' as 'on' }), /flashAttention must be one of auto, on, off, got fast/)
 })
+
+await test('the tokenizer thread a large text started stays while a model is loaded, and ends with the last one', async (t) => {
+  const { path } = await writeTinyGguf(join(await tempDir(t), 'tiny.gguf'), { seed: 1, contextLength: 16_384 })
+  const engine = new LocalEngine({}, { threads: 1, contextSize: 16_384 })
+  t.after(() => engine.close())
+  await engine.load('tiny', path)
+  // The engine's own thread, read as it is: only its running state is looked at.
+  const thread = (engine as unknown as { tokenizerThread: { running: boolean } }).tokenizerThread
+  const large = 'hello there '.repeat(3_000) // 36 kB: over what is tokenized on the event loop
+  const tokens = await engine.tokenize(large)
+  assert.ok(tokens.length > 1_000)
+  assert.equal(thread.running, true)
+  assert.deepEqual(await engine.tokenize(large), tokens, 'the same thread answers again, alike')
+  assert.equal(thread.running, true, 'no time without work ends it while its model is loaded')
+  await engine.unload()
+  assert.equal(thread.running, false, 'with no model left it ends, and gives its memory back')
+})
