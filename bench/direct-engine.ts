@@ -1,13 +1,16 @@
 // Child process of bench:llama-server: node-llama-cpp called directly (no HTTP, no meshnode), driven over IPC, so
-// that its memory is measured on its own. What a program using the library in the obvious way gets: threads 1,
+// that its memory is measured on its own. `generate` runs chats; `complete` is the raw engine, one text completion
+// (`LlamaCompletion.generateCompletion`) on the single sequence: the floor the HTTP stream's decode is held to.
+// What a program using the library in the obvious way gets: threads 1,
 // node-llama-cpp's default batching, one LlamaChat per sequence, and a context with as many sequences as streams run
 // at once (one for the single stream and the chat, `slots` for the parallel streams). A single stream on a context of
 // several sequences would pay node-llama-cpp's next-turn dispatch (setImmediate) on every token, a cost a program
 // running one stream would not have. So this process holds the KV cache of 1 + `slots` sequences.
-import { getLlama, LlamaChat, resolveChatWrapper, type ChatHistoryItem } from 'node-llama-cpp'
+import { getLlama, LlamaChat, LlamaCompletion, resolveChatWrapper, type ChatHistoryItem } from 'node-llama-cpp'
 
 export type DirectJob =
   | { op: 'generate', messages: Array<{ role: 'system' | 'user' | 'assistant', content: string }>, maxTokens: number, streams: number, keepHistory: boolean }
+  | { op: 'complete', prompt: string, maxTokens: number }
 
 export interface DirectResult { ttftMs: number, lastMs: number, endMs: number, tokens: number, text: string }
 
@@ -55,8 +58,36 @@ async function generate (chat: LlamaChat, job: Extract<DirectJob, { op: 'generat
   return { ttftMs: first - started, lastMs: last - started, endMs: end - started, tokens, text: result.response }
 }
 
+let completion: LlamaCompletion | undefined
+
+async function complete (job: Extract<DirectJob, { op: 'complete' }>, started: number): Promise<DirectResult> {
+  const [chat] = chatsFor.get(1) ?? []
+  await chat.sequence.clearHistory()
+  completion ??= new LlamaCompletion({ contextSequence: chat.sequence })
+  let first = 0
+  let last = 0
+  const before = chat.sequence.tokenMeter.getState()
+  const text = await completion.generateCompletion(job.prompt, {
+    maxTokens: job.maxTokens,
+    temperature: 0,
+    repeatPenalty: false,
+    onTextChunk: (chunk) => {
+      if (chunk === '') return
+      last = performance.now()
+      if (first === 0) first = last
+    }
+  })
+  const tokens = chat.sequence.tokenMeter.diff(before).usedOutputTokens
+  const end = performance.now()
+  return { ttftMs: first - started, lastMs: last - started, endMs: end - started, tokens, text }
+}
+
 process.on('message', (job: DirectJob) => {
   const started = performance.now()
+  if (job.op === 'complete') {
+    complete(job, started).then((result) => { process.send?.({ results: [result] }) }, (err: unknown) => { process.send?.({ error: String(err) }) })
+    return
+  }
   const chats = chatsFor.get(job.streams) ?? chatsFor.get(slots) ?? []
   Promise.all(chats.slice(0, job.streams).map(async (chat) => await generate(chat, job, started))).then(
     (results) => { process.send?.({ results }) },

@@ -7,12 +7,12 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { loadavg, tmpdir } from 'node:os'
-import { createServer } from 'node:net'
-import { dirname, join } from 'node:path'
+import { join } from 'node:path'
 import { FLASH_ATTENTION_CHOICES, type FlashAttention } from '../src/inference/index.ts'
 import type { DirectJob, DirectResult } from './direct-engine.ts'
 import { serveEnvironment } from '../bin/serve-env.js'
 import { BENCH_CACHE, ensureLlamaServer, LLAMA_SERVER_BUILDS, type LlamaServerBuild } from './llama-server-build.ts'
+import { check, median, startLlamaServer, startMeshnode, text, track } from './processes.ts'
 import { ensureRandom135M } from './random-gguf.ts'
 import { streamChat, type ChatStreamResult } from './sse-client.ts'
 
@@ -41,11 +41,15 @@ interface Target {
   pid: number
   /** Runs `streams` identical generations at once; results in stream order. `conversation`: a chat's next turn. */
   generate: (messages: Message[], maxTokens: number, streams: number, conversation?: boolean) => Promise<ChatStreamResult[]>
+  /** The raw engine's text completion of `prompt` (the direct target only). */
+  complete?: (prompt: string, maxTokens: number) => Promise<DirectResult>
   close: () => void
 }
 
 interface RoundResult {
   decode1: number
+  /** The raw engine's decode (`LlamaCompletion`, the direct target only; NaN for the others). */
+  raw1: number
   decode4: number
   /** CPU time the engine's process spent per generated token (all its threads, user and system), 1 and 4 streams. */
   cpu1: number
@@ -60,25 +64,6 @@ interface RoundResult {
    */
   lastTurnMs: number
   lastTurnTokens: number
-}
-
-const children = new Set<ChildProcess>()
-process.on('exit', () => { for (const child of children) child.kill('SIGKILL') })
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => { process.exit(130) }) // 'exit' ends the servers
-
-function median (values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2
-}
-
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  await new Promise<void>((resolve) => server.close(() => { resolve() }))
-  if (address == null || typeof address === 'string') throw new Error('no port')
-  return address.port
 }
 
 /** A difference in MB with its sign: +12 MB, -54 MB (NaN where /proc did not say). */
@@ -101,29 +86,6 @@ function cpuMs (pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10
 }
 
-function track (child: ChildProcess, name: string): void {
-  children.add(child)
-  child.once('exit', (code, signal) => {
-    children.delete(child)
-    if (code !== 0 && signal !== 'SIGTERM') console.error(`${name} exited (${code ?? signal})`)
-  })
-}
-
-/** Deterministic filler text: `words` words from a small English list, different for every `seed`. */
-function text (words: number, seed: number): string {
-  const list = ('the of and to in is you that it he was for on are as with his they at be this have from or one had by ' +
-    'word but not what all were we when your can said there use an each which she do how their if will up other about ' +
-    'out many then them these so some her would make like him into time has look two more write go see number no way ' +
-    'could people my than first water been call who oil its now find long down day did get come made may part').split(' ')
-  let state = seed * 2654435761 >>> 0
-  const out: string[] = []
-  for (let i = 0; i < words; i++) {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0
-    out.push(list[state % list.length])
-  }
-  return out.join(' ')
-}
-
 function httpTarget (name: TargetName, url: string, pid: number, child: ChildProcess, model = 'bench'): Target {
   return {
     name,
@@ -138,46 +100,15 @@ function httpTarget (name: TargetName, url: string, pid: number, child: ChildPro
   }
 }
 
-async function waitForHealth (url: string, child: ChildProcess): Promise<void> {
-  const deadline = Date.now() + 120_000
-  while (Date.now() < deadline) {
-    if (child.exitCode != null) throw new Error(`${url}: the server exited (${child.exitCode})`)
-    const ok = await fetch(`${url}/health`).then((res) => res.ok, () => false)
-    if (ok) return
-    await new Promise((resolve) => setTimeout(resolve, 200))
-  }
-  throw new Error(`${url} did not become healthy`)
-}
-
-async function startLlamaServer (binary: string, model: string): Promise<Target> {
-  const port = await freePort()
-  // Its own directory first on the library path: the `prebuilt` build's libraries are not where its RUNPATH points.
-  const libraryPath = [dirname(binary), process.env.LD_LIBRARY_PATH].filter((path) => path != null && path !== '').join(':')
-  const child = spawn(binary, [
-    '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1', '-tb', '1',
-    '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '-fa', FLASH_ATTENTION, '--no-webui', '--log-disable'
-  ], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LD_LIBRARY_PATH: libraryPath } })
-  track(child, 'llama-server')
-  let log = ''
-  child.stderr?.on('data', (chunk: Buffer) => { log = (log + chunk.toString()).slice(-4000) })
-  const url = `http://127.0.0.1:${port}`
-  try {
-    await waitForHealth(url, child)
-  } catch (err) {
-    throw new Error(`${String(err)}\n${log}`)
-  }
+async function startLlamaServerTarget (binary: string, model: string): Promise<Target> {
+  const { url, child } = await startLlamaServer(binary, model, ['-t', '1', '-tb', '1', '-c', String(SLOTS * SLOT_CONTEXT), '-np', String(SLOTS), '-fa', FLASH_ATTENTION])
   return httpTarget('llama-server', url, child.pid ?? 0, child)
 }
 
-async function startMeshnode (model: string, dataDir: string): Promise<Target> {
-  // The node as users run it: bin/meshnode.js (which starts `serve` with its V8 flags), the model loaded at start.
-  const port = await freePort()
-  const child = spawn(process.execPath, [join(import.meta.dirname, '..', 'bin', 'meshnode.js'), 'serve', '--port', String(port),
-    '--data-dir', dataDir, '--threads', '1', '--slots', String(SLOTS), '--context-size', String(SLOT_CONTEXT), '--flash-attention', FLASH_ATTENTION, '--model', model],
-  { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, MESHNODE_LOG_LEVEL: 'warn' } })
-  track(child, 'meshnode')
-  const url = `http://127.0.0.1:${port}`
-  await waitForHealth(url, child)
+async function startMeshnodeTarget (model: string, dataDir: string): Promise<Target> {
+  // The node as users run it, the model loaded at start.
+  const { url, child } = await startMeshnode(dataDir,
+    ['--threads', '1', '--slots', String(SLOTS), '--context-size', String(SLOT_CONTEXT), '--flash-attention', FLASH_ATTENTION, '--model', model])
   const deadline = Date.now() + 120_000
   let modelID: string | undefined
   while (modelID == null) {
@@ -199,6 +130,12 @@ async function startDirect (model: string): Promise<Target> {
     child.once('exit', (code) => { reject(new Error(`direct engine exited with ${code}`)) })
     child.once('message', () => { resolve() })
   })
+  const run = async (job: DirectJob): Promise<DirectResult[]> => {
+    child.send(job)
+    const answer = await new Promise<{ results?: DirectResult[], error?: string }>((resolve) => child.once('message', resolve))
+    if (answer.results == null) throw new Error(`direct engine: ${answer.error}`)
+    return answer.results
+  }
   return {
     name: 'direct',
     pid: child.pid ?? 0,
@@ -206,12 +143,10 @@ async function startDirect (model: string): Promise<Target> {
       // A chat keeps its sequence, so LlamaChat evaluates only the new turn. Other runs clear first: node-llama-cpp's
       // batch loop holds the context lock while any decode is queued, so concurrent generations that must first trim
       // a kept sequence would wait for each other and run one after another.
-      const job: DirectJob = { op: 'generate', messages, maxTokens, streams, keepHistory: conversation }
-      child.send(job)
-      const answer = await new Promise<{ results?: DirectResult[], error?: string }>((resolve) => child.once('message', resolve))
-      if (answer.results == null) throw new Error(`direct engine: ${answer.error}`)
-      return answer.results.map((r) => ({ ...r, cachedTokens: null }))
+      const results = await run({ op: 'generate', messages, maxTokens, streams, keepHistory: conversation })
+      return results.map((r) => ({ ...r, cachedTokens: null, promptTokens: null, servedBy: null }))
     },
+    complete: async (prompt, maxTokens) => (await run({ op: 'complete', prompt, maxTokens }))[0],
     close: () => { child.kill('SIGTERM') }
   }
 }
@@ -223,6 +158,8 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
   const [one] = await target.generate(prompt, DECODE_TOKENS, 1)
   const cpu1 = (cpuMs(target.pid) - cpu) / one.tokens
   const decode1 = (one.tokens - 1) / ((one.lastMs - one.ttftMs) / 1000)
+  const raw = await target.complete?.(prompt[0].content, DECODE_TOKENS)
+  const raw1 = raw == null ? Number.NaN : (raw.tokens - 1) / ((raw.lastMs - raw.ttftMs) / 1000)
   cpu = cpuMs(target.pid)
   const four = await target.generate(prompt, DECODE_TOKENS, 4)
   const fourTokens = four.reduce((sum, r) => sum + r.tokens, 0)
@@ -242,7 +179,7 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
   }
   const last = answers[TURNS - 1]
   return {
-    decode1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs,
+    decode1, raw1, decode4, cpu1, cpu4, longTtftMs: long.ttftMs,
     chatTtftMs: answers.map((a) => a.ttftMs), chatCached: answers.map((a) => a.cachedTokens), lastTurnMs: last.lastMs, lastTurnTokens: last.tokens
   }
 }
@@ -250,7 +187,7 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
 async function benchModel (name: string, model: string, llamaServer: string): Promise<string[]> {
   // Started one after another so each load has the machine to itself; all stay up, and only one works at a time.
   const dataDir = await mkdtemp(join(tmpdir(), 'meshnode-bench-node-'))
-  const targets = [await startLlamaServer(llamaServer, model), await startMeshnode(model, dataDir), await startDirect(model)]
+  const targets = [await startLlamaServerTarget(llamaServer, model), await startMeshnodeTarget(model, dataDir), await startDirect(model)]
   const loaded = Object.fromEntries(targets.map((t) => [t.name, memory(t.pid).rssMB])) as Record<TargetName, number>
   const results = new Map<TargetName, RoundResult[]>(TARGETS.map((t) => [t, []]))
   let peak: Record<TargetName, number>
@@ -262,7 +199,7 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
         const target = targets[(r + i) % targets.length]
         const result = await round(target, 1000 + r)
         results.get(target.name)?.push(result)
-        console.error(`${name} round ${r + 1}/${ROUNDS} ${target.name}: decode1 ${result.decode1.toFixed(1)} decode4 ${result.decode4.toFixed(1)} ` +
+        console.error(`${name} round ${r + 1}/${ROUNDS} ${target.name}: decode1 ${result.decode1.toFixed(1)}${Number.isNaN(result.raw1) ? '' : ` (raw completion ${result.raw1.toFixed(1)})`} decode4 ${result.decode4.toFixed(1)} ` +
           `cpu/token ${result.cpu1.toFixed(2)}/${result.cpu4.toFixed(2)} ms, ` +
           `long ${result.longTtftMs.toFixed(0)} ms, chat ${result.chatTtftMs.map((t) => t.toFixed(0)).join('/')} ms, cached ${result.chatCached.join('/')}, ` +
           `last turn ${result.lastTurnMs.toFixed(0)} ms for ${result.lastTurnTokens} tokens`)
@@ -278,6 +215,7 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
   const rows: string[] = []
   const measures: Array<[string, (r: RoundResult) => number, number]> = [
     ['1 stream, decode tok/s', (r) => r.decode1, 1],
+    ['1 stream, decode tok/s (direct: the raw engine, LlamaCompletion)', (r) => Number.isNaN(r.raw1) ? r.decode1 : r.raw1, 1],
     ['4 streams, aggregate tok/s', (r) => r.decode4, 1],
     ['1 stream, process CPU ms/token', (r) => r.cpu1, 2],
     ['4 streams, process CPU ms/token', (r) => r.cpu4, 2],
@@ -299,21 +237,14 @@ async function benchModel (name: string, model: string, llamaServer: string): Pr
   const turn6 = ratio('llama-server', (r) => r.chatTtftMs[TURNS - 1])
   const agg = ratio('llama-server', (r) => r.decode4)
   const vsDirect = ratio('direct', (r) => r.decode1)
+  const vsRaw = m('meshnode', (r) => r.decode1) / m('direct', (r) => r.raw1)
   const vsServer = ratio('llama-server', (r) => r.decode1)
   const lastTurn = ratio('llama-server', (r) => r.lastTurnMs)
-  // A ratio is printed rounded toward the side that misses, so what is printed never looks met when it is not
-  // (0.9496 shows as 0.949, not 0.950); the 1e-9 keeps a binary fraction from tipping a value on the line past it
-  // (1.1 * 1000 is 1100.0000000000002)
-  const check = (value: number, limit: number, atLeast: boolean): string => {
-    const shown = atLeast ? Math.floor(value * 1000 + 1e-9) : Math.ceil(value * 1000 - 1e-9)
-    const met = atLeast ? value >= limit : value <= limit
-    return `${(shown / 1000).toFixed(3)}x (${atLeast ? '>=' : '<='} ${limit}: ${met ? 'met' : 'NOT met'})`
-  }
   const atLeast = (value: number, limit: number): string => check(value, limit, true)
   const atMost = (value: number, limit: number): string => check(value, limit, false)
   const peakMore = peak.meshnode - peak['llama-server']
   console.log(`\n${name}: turn-6 TTFT ${atMost(turn6, 1.1)} llama-server (its whole answer ${lastTurn.toFixed(3)}x); 4-stream ${atLeast(agg, 0.95)}; ` +
-    `1-stream ${atLeast(vsDirect, 0.95)} direct, ${atLeast(vsServer, 0.9)} llama-server; ` +
+    `1-stream ${atLeast(vsRaw, 0.95)} the raw engine (LlamaCompletion), ${atLeast(vsDirect, 0.95)} direct LlamaChat, ${atLeast(vsServer, 0.9)} llama-server; ` +
     `peak RSS ${mb(peakMore)} (<= 100: ${peakMore <= 100 ? 'met' : 'NOT met'}); ` +
     `RSS after load ${mb(loaded.meshnode - loaded['llama-server'])} (node-llama-cpp direct ${mb(loaded.direct - loaded['llama-server'])})`)
   return rows

@@ -4,11 +4,11 @@ import { existsSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { Worker } from 'node:worker_threads'
 import { defaultConfig, type NodeConfig } from '../src/config.ts'
 import { startNode, type RunningNode } from '../src/node.ts'
 import { writeTinyGguf } from '../test/support/tiny-gguf.ts'
+import { median, startRelay, stop } from './processes.ts'
 
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128)
 const RUNS = Number(process.env.BENCH_RUNS ?? 5)
@@ -20,11 +20,6 @@ const DIRECT = process.env.BENCH_DIRECT === '1'
 
 interface Sample { ttftMs: number, tokens: number, seconds: number }
 interface Summary { tokensPerSecond: number, ttftMs: number }
-
-function median (values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)]
-}
 
 /** Streams from `url` RUNS times (after one warm-up) through the worker client; tokens/s and TTFT medians. */
 async function measure (worker: Worker, url: string): Promise<Summary> {
@@ -49,23 +44,8 @@ async function measure (worker: Worker, url: string): Promise<Summary> {
   return { tokensPerSecond: median(results.map(r => r.tokensPerSecond)), ttftMs: median(results.map(r => r.ttftMs)) }
 }
 
-/** `meshnode relay` as its own process, as it runs in production (its crypto and forwarding off our event loop). */
-async function startRelayProcess (dataDir: string): Promise<{ url: string, child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(import.meta.dirname, '..', 'src', 'cli', 'main.ts'), 'relay', '--port', '0', '--data-dir', dataDir],
-    { env: { ...process.env, MESHNODE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'inherit'] })
-  let out = ''
-  return await new Promise((resolve, reject) => {
-    child.once('exit', (code) => { reject(new Error(`relay exited with ${code}: ${out}`)) })
-    child.stdout?.on('data', (chunk: Buffer) => {
-      out += chunk.toString()
-      const line = out.split('\n').find(l => l.includes('relay listening'))
-      if (line != null) resolve({ url: (JSON.parse(line) as { url: string }).url, child })
-    })
-  })
-}
-
 async function benchModel (name: string, path: string, root: string): Promise<void> {
-  const relay = await startRelayProcess(join(root, `${name}-relay`))
+  const relay = await startRelay(join(root, `${name}-relay`))
   const nodes: RunningNode[] = []
   const network: NodeConfig['network'] = { pingIntervalMs: 1_000, wan: { syncIntervalMs: 1_000, fastSyncMs: 200 } }
   try {
@@ -106,7 +86,7 @@ async function benchModel (name: string, path: string, root: string): Promise<vo
   } finally {
     for (const node of nodes.reverse()) await node.close()
     relay.child.removeAllListeners('exit')
-    relay.child.kill('SIGTERM')
+    await stop(relay.child)
   }
 }
 

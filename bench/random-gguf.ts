@@ -1,42 +1,58 @@
-// A random-weight llama GGUF in the shape of SmolLM2-135M (dim 576, 30 layers, 9 heads / 3 KV heads, ffn 1536, tied
-// embeddings, Q8_0) for bench:llama-server: per-token compute like a real small model, made here instead of
-// downloaded. The tokenizer and chat template are copied from the 24M bench model (Llama-2's 32k vocabulary, ChatML),
-// so the 135M shape has 32k rather than 49k embedding rows. Written once into the bench cache, never committed.
+// Random-weight llama GGUFs for the benches: per-token compute like a real small model, made here instead of
+// downloaded. `135M` is SmolLM2-135M's shape (dim 576, 30 layers, 9 heads / 3 KV heads, ffn 1536, tied embeddings);
+// `24M` is the shape of ../shared/models/random-llama-24M-q8_0.gguf (stories15M's: dim 288, 6 layers, 6 heads, ffn
+// 768), written here with whatever trained context the bench needs (meshnode caps a context at the model's own). Q8_0
+// weights; the tokenizer and chat template are copied from the 24M bench model (Llama-2's 32k vocabulary, ChatML), so
+// the 135M shape has 32k rather than 49k embedding rows. Written once into the bench cache, never committed.
 import { existsSync } from 'node:fs'
 import { mkdir, rename, writeFile } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { readGgufFileInfo } from 'node-llama-cpp'
 import { encodeGguf, Q8_0_BLOCK, type GgufTensor, type MetadataValue } from '../test/support/tiny-gguf.ts'
 
-const SHAPE = { embedding: 576, layers: 30, heads: 9, kvHeads: 3, ffn: 1536, contextLength: 8192, ropeBase: 100000 }
+interface Shape { embedding: number, layers: number, heads: number, kvHeads: number, ffn: number, ropeBase: number, seed: number }
+export const SHAPES = {
+  '24M': { embedding: 288, layers: 6, heads: 6, kvHeads: 6, ffn: 768, ropeBase: 10000, seed: 24 },
+  '135M': { embedding: 576, layers: 30, heads: 9, kvHeads: 3, ffn: 1536, ropeBase: 100000, seed: 135 }
+} as const satisfies Record<string, Shape>
+export type ShapeName = keyof typeof SHAPES
 /** f16 2^-12: uniform int8 weights of this scale have a standard deviation of about 0.018, like a fresh init. */
 const Q8_SCALE_F16 = 0x0C00
 
-/** Writes the 135M-shape model to `path` unless it is there already; `tokenizerFrom` is a llama GGUF to copy from. */
+/** Writes the 135M-shape model with an 8k trained context to `path` unless it is there already. */
 export async function ensureRandom135M (path: string, tokenizerFrom: string): Promise<string> {
+  return await ensureRandomLlama(path, tokenizerFrom, '135M', 8192)
+}
+
+/**
+ * Writes a model of `shapeName` whose trained context is `contextLength` to `path` unless it is there already;
+ * `tokenizerFrom` is a llama GGUF to copy the tokenizer from.
+ */
+export async function ensureRandomLlama (path: string, tokenizerFrom: string, shapeName: ShapeName, contextLength: number): Promise<string> {
   if (existsSync(path)) return path
+  const shape: Shape = SHAPES[shapeName]
   const info = await readGgufFileInfo(tokenizerFrom, { sourceType: 'filesystem', readTensorInfo: false })
   const tokenizer = info.metadata.tokenizer as unknown as {
     ggml: { model: string, tokens: string[], scores: number[], token_type: number[], bos_token_id: number, eos_token_id: number, unknown_token_id: number }
     chat_template?: string
   }
   const vocab = tokenizer.ggml.tokens.length
-  const { embedding, layers, heads, kvHeads, ffn } = SHAPE
+  const { embedding, layers, heads, kvHeads, ffn } = shape
   const kv = (embedding / heads) * kvHeads
   const metadata: Array<[string, MetadataValue]> = [
     ['general.architecture', { type: 'string', value: 'llama' }],
-    ['general.name', { type: 'string', value: 'random llama, SmolLM2-135M shape' }],
+    ['general.name', { type: 'string', value: `random llama, ${shapeName} shape` }],
     ['general.file_type', { type: 'u32', value: 7 }], // mostly Q8_0
     ['general.alignment', { type: 'u32', value: 32 }],
     ['llama.vocab_size', { type: 'u32', value: vocab }],
-    ['llama.context_length', { type: 'u32', value: SHAPE.contextLength }],
+    ['llama.context_length', { type: 'u32', value: contextLength }],
     ['llama.embedding_length', { type: 'u32', value: embedding }],
     ['llama.block_count', { type: 'u32', value: layers }],
     ['llama.feed_forward_length', { type: 'u32', value: ffn }],
     ['llama.attention.head_count', { type: 'u32', value: heads }],
     ['llama.attention.head_count_kv', { type: 'u32', value: kvHeads }],
     ['llama.rope.dimension_count', { type: 'u32', value: embedding / heads }],
-    ['llama.rope.freq_base', { type: 'f32', value: SHAPE.ropeBase }],
+    ['llama.rope.freq_base', { type: 'f32', value: shape.ropeBase }],
     ['llama.attention.layer_norm_rms_epsilon', { type: 'f32', value: 1e-5 }],
     ['tokenizer.ggml.model', { type: 'string', value: tokenizer.ggml.model }],
     ['tokenizer.ggml.tokens', { type: 'string[]', value: tokenizer.ggml.tokens }],
@@ -50,7 +66,7 @@ export async function ensureRandom135M (path: string, tokenizerFrom: string): Pr
   ]
   if (tokenizer.chat_template != null) metadata.push(['tokenizer.chat_template', { type: 'string', value: tokenizer.chat_template }])
 
-  const random = byteGenerator(135)
+  const random = byteGenerator(shape.seed)
   const q8 = (name: string, dims: number[]): GgufTensor => ({ name, dims, type: 'q8_0', data: randomQ8(dims[0] * dims[1], random) })
   const ones = (name: string): GgufTensor => ({ name, dims: [embedding], type: 'f32', data: new Float32Array(embedding).fill(1) })
   // No output.weight: llama.cpp then uses token_embd for the output, as SmolLM2's tied embeddings do.

@@ -19,6 +19,10 @@ export interface ChatStreamResult {
   tokens: number
   /** `usage.prompt_tokens_details.cached_tokens` (null when the server reports none). */
   cachedTokens: number | null
+  /** `usage.prompt_tokens` (null when the server sent no usage). */
+  promptTokens: number | null
+  /** The `X-Served-By` header: meshnode's `local` or `peer:<nodeID>`; null from other servers. */
+  servedBy: string | null
   /** The answer's text, when asked for (`collectText`): every event is then parsed. */
   text: string
 }
@@ -46,6 +50,8 @@ export async function streamChat (url: string, body: unknown, options: { collect
       let events = 0
       let tokens: number | null = null
       let cachedTokens: number | null = null
+      let promptTokens: number | null = null
+      const servedBy = typeof res.headers['x-served-by'] === 'string' ? res.headers['x-served-by'] : null
       let text = ''
       let buffer = ''
       res.setEncoding('utf8')
@@ -65,15 +71,16 @@ export async function streamChat (url: string, body: unknown, options: { collect
             }
           }
           if (event.includes('"usage":{')) {
-            const { usage } = JSON.parse(event.slice(event.indexOf('{'))) as { usage: { completion_tokens: number, prompt_tokens_details?: { cached_tokens?: number } } }
+            const { usage } = JSON.parse(event.slice(event.indexOf('{'))) as { usage: { completion_tokens: number, prompt_tokens: number, prompt_tokens_details?: { cached_tokens?: number } } }
             tokens = usage.completion_tokens
+            promptTokens = usage.prompt_tokens
             cachedTokens = usage.prompt_tokens_details?.cached_tokens ?? null
           }
         }
       })
       res.on('end', () => {
         const now = performance.now()
-        resolve({ ttftMs: first - started, lastMs: last - started, endMs: now - started, tokens: tokens ?? events, cachedTokens, text })
+        resolve({ ttftMs: first - started, lastMs: last - started, endMs: now - started, tokens: tokens ?? events, cachedTokens, promptTokens, servedBy, text })
       })
       res.on('error', reject)
     })
