@@ -8,9 +8,10 @@ import assert from 'node:assert/strict'
 import { copyFile, mkdtemp, readdir, readFile, rm, truncate, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { keyedRequester, LocalEngine, MAX_PREFIX_STATES_PER_REQUESTER, type ChatMessage, type ChatUsage, type InferenceLogger, type LocalEngineOptions } from '../../src/inference/index.ts'
+import { keyedRequester, LocalEngine, MAX_PREFIX_STATES_PER_REQUESTER, type ChatMessage, type InferenceLogger, type LocalEngineOptions } from '../../src/inference/index.ts'
 import { waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
+import { ask } from '../support/engine-ask.ts'
 
 /** Low enough that the test prompts (well over a hundred tokens) are kept, high enough that the short one is not. */
 const MIN_TOKENS = 64
@@ -50,17 +51,6 @@ async function engineOn (t: TestContext, model: string, states: string | null, o
   engines.get(t)?.push(engine)
   await engine.load('tiny', model)
   return engine
-}
-
-async function ask (engine: LocalEngine, messages: ChatMessage[], requester: string, maxTokens = 8): Promise<{ text: string, usage: ChatUsage }> {
-  let text = ''
-  let usage: ChatUsage | undefined
-  for await (const event of engine.generate({ messages, temperature: 0, maxTokens }, { requester })) {
-    if (event.type === 'delta') text += event.text
-    else if (event.type === 'done') usage = event.usage
-  }
-  assert.ok(usage != null)
-  return { text, usage }
 }
 
 /** The answer an engine that never saw the prompt gives. */

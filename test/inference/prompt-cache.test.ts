@@ -4,9 +4,10 @@ import assert from 'node:assert/strict'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { LocalEngine, type ChatMessage, type ChatRequest, type ChatUsage, type LocalEngineOptions } from '../../src/inference/index.ts'
+import { LocalEngine, type ChatMessage, type ChatRequest, type LocalEngineOptions } from '../../src/inference/index.ts'
 import { waitFor } from '../support/node.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
+import { ask } from '../support/engine-ask.ts'
 
 // A slot keeps what it evaluated; a request of the same requester evaluates only what its prompt does not share with
 // it (usage.cachedTokens counts the rest), and nobody else's request ever reuses it.
@@ -19,17 +20,6 @@ async function startEngine (t: TestContext, options: LocalEngineOptions): Promis
   t.after(() => engine.close())
   await engine.load('tiny', path)
   return engine
-}
-
-async function ask (engine: LocalEngine, messages: ChatMessage[], requester: string | undefined, maxTokens = 8): Promise<{ text: string, usage: ChatUsage }> {
-  let text = ''
-  let usage: ChatUsage | undefined
-  for await (const event of engine.generate({ messages, temperature: 0, maxTokens }, { requester })) {
-    if (event.type === 'delta') text += event.text
-    else if (event.type === 'done') usage = event.usage
-  }
-  assert.ok(usage != null)
-  return { text, usage }
 }
 
 const system: ChatMessage = { role: 'system', content: 'You are a helpful model.' }
