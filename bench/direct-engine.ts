@@ -40,22 +40,27 @@ async function generate (chat: LlamaChat, job: Extract<DirectJob, { op: 'generat
   // keepHistory: the sequence keeps its tokens and LlamaChat evaluates only what differs (prefix reuse, as a program
   // holding one conversation per sequence would); otherwise every generation starts from an empty sequence.
   if (!job.keepHistory) await chat.sequence.clearHistory()
+  return await timed(chat, started, async (onTextChunk) => (await chat.generateResponse(toHistory(job.messages), {
+    maxTokens: job.maxTokens, temperature: 0, repeatPenalty: false, onTextChunk
+  })).response)
+}
+
+/**
+ * Runs one generation on `chat`'s sequence and times it from `started`: the first and last non-empty text chunks, the
+ * end, and the output tokens its sequence's meter counted.
+ */
+async function timed (chat: LlamaChat, started: number, generate: (onTextChunk: (text: string) => void) => Promise<string>): Promise<DirectResult> {
   let first = 0
   let last = 0
   const before = chat.sequence.tokenMeter.getState()
-  const result = await chat.generateResponse(toHistory(job.messages), {
-    maxTokens: job.maxTokens,
-    temperature: 0,
-    repeatPenalty: false,
-    onTextChunk: (text) => {
-      if (text === '') return
-      last = performance.now()
-      if (first === 0) first = last
-    }
+  const text = await generate((chunk) => {
+    if (chunk === '') return
+    last = performance.now()
+    if (first === 0) first = last
   })
   const tokens = chat.sequence.tokenMeter.diff(before).usedOutputTokens
   const end = performance.now()
-  return { ttftMs: first - started, lastMs: last - started, endMs: end - started, tokens, text: result.response }
+  return { ttftMs: first - started, lastMs: last - started, endMs: end - started, tokens, text }
 }
 
 let completion: LlamaCompletion | undefined
@@ -63,23 +68,10 @@ let completion: LlamaCompletion | undefined
 async function complete (job: Extract<DirectJob, { op: 'complete' }>, started: number): Promise<DirectResult> {
   const [chat] = chatsFor.get(1) ?? []
   await chat.sequence.clearHistory()
-  completion ??= new LlamaCompletion({ contextSequence: chat.sequence })
-  let first = 0
-  let last = 0
-  const before = chat.sequence.tokenMeter.getState()
-  const text = await completion.generateCompletion(job.prompt, {
-    maxTokens: job.maxTokens,
-    temperature: 0,
-    repeatPenalty: false,
-    onTextChunk: (chunk) => {
-      if (chunk === '') return
-      last = performance.now()
-      if (first === 0) first = last
-    }
-  })
-  const tokens = chat.sequence.tokenMeter.diff(before).usedOutputTokens
-  const end = performance.now()
-  return { ttftMs: first - started, lastMs: last - started, endMs: end - started, tokens, text }
+  const engine = completion ??= new LlamaCompletion({ contextSequence: chat.sequence })
+  return await timed(chat, started, async (onTextChunk) => await engine.generateCompletion(job.prompt, {
+    maxTokens: job.maxTokens, temperature: 0, repeatPenalty: false, onTextChunk
+  }))
 }
 
 process.on('message', (job: DirectJob) => {
