@@ -345,7 +345,7 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
         totalLayers: model.fileInsights.totalLayers
       })
       const prompt = new PromptTokenizer({ thread: this.tokenizerThread, modelID, path, model, contextLength })
-      const prefixStates = kind === 'chat' ? await this.prefixStates?.keeperFor({ path, contextLength, sequences: this.slotCount }) ?? null : null
+      const prefixStates = kind === 'chat' ? await this.prefixStates?.keeperFor({ path, contextLength, sequences: this.slotCount, flashAttention: model.defaultContextFlashAttention }) ?? null : null
       return new ModelInstance(info, { modelID, contextLength, llama, model, chatWrapper, prompt }, reason, this.log, {
         threads: this.threads, slots: this.slotCount, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS, prefixStates
       })

@@ -37,12 +37,20 @@ const TEMP_FILE = /^(?:[0-9a-f]{64}\.state|index\.json)\.[0-9a-f]{16}\.tmp$/
 const ModelFileIdentity = z.object({ path: z.string().min(1), sizeBytes: z.number().int().nonnegative(), mtimeMs: z.number().nonnegative() })
 type ModelFileIdentity = z.infer<typeof ModelFileIdentity>
 
+/**
+ * Flash attention as the context was made with it (node-llama-cpp's `flashAttention`): llama.cpp lays the cache's
+ * values out otherwise with it and refuses a state of the other layout. Indexes written before it was recorded held
+ * states of the default, auto.
+ */
+const ContextFlashAttention = z.union([z.boolean(), z.literal('auto')])
+
 const StateRecord = z.object({
   file: z.string().regex(STATE_FILE),
   model: ModelFileIdentity,
   contextLength: z.number().int().positive(),
   /** The context's sequences (slots): llama.cpp keeps one cache stream per sequence and loads a state only into as many. */
   sequences: z.number().int().positive(),
+  flashAttention: ContextFlashAttention.default('auto'),
   requester: z.string().min(1),
   /** The sequence's tokens when saved: what prompts are matched against, and what loading must give back. */
   tokens: z.array(z.number().int().nonnegative()).min(1),
@@ -63,12 +71,15 @@ export interface PrefixScope {
   contextLength: number
   /** Sequences (slots) in the context. */
   sequences: number
+  /** The context's flash attention, as given to node-llama-cpp. */
+  flashAttention: boolean | 'auto'
 }
 
 interface Scope {
   model: ModelFileIdentity
   contextLength: number
   sequences: number
+  flashAttention: boolean | 'auto'
 }
 
 export interface PrefixStatesDeps {
@@ -122,7 +133,7 @@ export class PrefixStates {
    * What a chat model loaded from `path` saves and restores its slots' prefixes through; null when the store cannot
    * open or the file cannot be read. The first call opens the store.
    */
-  async keeperFor ({ path, contextLength, sequences }: PrefixScope): Promise<PrefixKeeper | null> {
+  async keeperFor ({ path, contextLength, sequences, flashAttention }: PrefixScope): Promise<PrefixKeeper | null> {
     if (this.#closed || !await (this.#opened ??= this.#open())) return null
     let model: ModelFileIdentity
     try {
@@ -133,7 +144,7 @@ export class PrefixStates {
       this.#log.warn({ err, path }, 'prefix states are off for this model: its file cannot be read')
       return null
     }
-    const scope: Scope = { model, contextLength, sequences }
+    const scope: Scope = { model, contextLength, sequences, flashAttention }
     return {
       keep: async (slot) => { await this.#keep(scope, slot) },
       restore: async (slot, requester, tokens, held) => { await this.#restore(scope, slot, requester, tokens, held) },
@@ -238,7 +249,7 @@ export class PrefixStates {
       const sha256 = await sha256File(path)
       await chmod(path, 0o600) // a prompt is the requester's: as private as the node's other files
       await rename(path, join(this.#dir, file))
-      const state: StateRecord = { file, model: scope.model, contextLength: scope.contextLength, sequences: scope.sequences, requester, tokens, sizeBytes, sha256, lastUsedAt: this.#tick() }
+      const state: StateRecord = { file, model: scope.model, contextLength: scope.contextLength, sequences: scope.sequences, flashAttention: scope.flashAttention, requester, tokens, sizeBytes, sha256, lastUsedAt: this.#tick() }
       // The same name is the same model, requester and tokens (the rename replaced its file); a shorter state this one
       // starts with is of no more use
       const superseded = this.#states.filter((other) => other.file === file || (inScope(other, scope, requester) && startsWith(tokens, other.tokens)))
@@ -413,13 +424,13 @@ async function letIn<T> (sequence: CachedSlot['sequence'], work: () => Promise<T
 }
 
 function inScope (state: StateRecord, scope: Scope, requester: Requester): boolean {
-  return state.requester === requester && state.contextLength === scope.contextLength && state.sequences === scope.sequences &&
+  return state.requester === requester && state.contextLength === scope.contextLength && state.sequences === scope.sequences && state.flashAttention === scope.flashAttention &&
     state.model.path === scope.model.path && state.model.sizeBytes === scope.model.sizeBytes && state.model.mtimeMs === scope.model.mtimeMs
 }
 
 function groupKey (scope: Scope, requester: Requester): string {
   const { path, sizeBytes, mtimeMs } = scope.model
-  return JSON.stringify([path, sizeBytes, mtimeMs, scope.contextLength, scope.sequences, requester])
+  return JSON.stringify([path, sizeBytes, mtimeMs, scope.contextLength, scope.sequences, scope.flashAttention, requester])
 }
 
 /** The same model, context length, requester and tokens always get the same name. */

@@ -250,6 +250,22 @@ await test('a requester\'s cache-keyed sessions keep their states apart, and cou
   assert.deepEqual(warnings, [])
 })
 
+await test('a state is kept for the flash-attention setting it was made with: another setting evaluates in full and leaves it for the next run with its own', async (t) => {
+  const { model, states } = await setup(t)
+  const withIt = await engineOn(t, model, states, { flashAttention: 'on' })
+  const first = await ask(withIt, turn, 'key:a')
+  await withIt.close()
+  assert.equal((await stateFiles(states)).length, 1)
+  const without = await engineOn(t, model, states, { flashAttention: 'off' })
+  const cold = await ask(without, followUp(first.text), 'key:a')
+  assert.equal(cold.usage.cachedTokens, 0, 'a state of the other cache layout is not offered')
+  await without.close()
+  const again = await engineOn(t, model, states, { flashAttention: 'on' })
+  const restored = await ask(again, followUp(first.text), 'key:a')
+  assert.ok(restored.usage.cachedTokens >= first.usage.promptTokens, `reused ${restored.usage.cachedTokens} of ${first.usage.promptTokens}`)
+  assert.deepEqual(warnings, [], 'nothing was refused by llama.cpp or removed as broken')
+})
+
 await test('a prefix is saved and restored while other generations run, not after them', async (t) => {
   const { model, states } = await setup(t)
   const engine = await engineOn(t, model, states, { slots: 4 })
