@@ -1,7 +1,8 @@
 // bench:agent — a coding agent's session as Claude Code or Codex drives a node: a ~20k-token prefix (a system prompt
 // and tool definitions) resent with every request, then turns that each add a user message and an answer. Time to
 // first token of every turn on random-weight GGUFs of the 24M and 135M shapes written with a 32k trained context:
-// - meshnode (`meshnode serve` as a process, one slot of 32k): turn 1 cold, turns 2..5 from the slot's cache;
+// - meshnode (`meshnode serve` as a process, one slot of 32k): turn 1 cold, turns 2..5 from the slot's cache, asked in
+//   turn with llama-server's;
 // - after a swap: another model asked for (--max-loaded-models 1 evicts the agent's), then the next turn;
 // - after a restart: the node stopped (SIGTERM) and started again on the same data dir, then the next turn;
 // - through a peer: a node without the model asking two peers that serve it; affinity should keep every turn on the
@@ -16,7 +17,7 @@ import { getLlama } from 'node-llama-cpp'
 import { defaultConfig, type NodeConfig } from '../src/config.ts'
 import { startNode, type RunningNode } from '../src/node.ts'
 import { BENCH_CACHE, ensureLlamaServer } from './llama-server-build.ts'
-import { check, median, startLlamaServer, startMeshnode, startRelay, stop, text } from './processes.ts'
+import { check, median, startLlamaServer, startMeshnode, startRelay, stop, text, type ServerProcess } from './processes.ts'
 import { ensureRandomLlama, SHAPES, type ShapeName } from './random-gguf.ts'
 import { streamChat, type ChatStreamResult } from './sse-client.ts'
 
@@ -39,7 +40,8 @@ const TOKENIZER_FROM = join(SHARED_MODELS, 'random-llama-24M-q8_0.gguf')
 const OTHER_MODEL = join(SHARED_MODELS, 'stories260K-chatml.gguf')
 
 type Message = { role: 'system' | 'user' | 'assistant', content: string }
-interface Turn { ttftMs: number, promptTokens: number | null, cachedTokens: number | null, servedBy: string | null }
+/** A turn's figures, and the start of its answer (which shows whether a first token was held back). */
+interface Turn { ttftMs: number, promptTokens: number | null, cachedTokens: number | null, servedBy: string | null, answer: string }
 
 /** Tool definitions as an agent sends them, in the system prompt so that every server renders them alike. */
 function toolDefinitions (): string {
@@ -87,8 +89,8 @@ function conversation (system: string, turn: number): Message[] {
 
 async function ask (url: string, model: string, messages: Message[]): Promise<Turn> {
   const body = { model, messages, max_tokens: ANSWER_TOKENS, temperature: 0, stream: true, stream_options: { include_usage: true } }
-  const result: ChatStreamResult = await streamChat(`${url}/v1/chat/completions`, body)
-  return { ttftMs: result.ttftMs, promptTokens: result.promptTokens, cachedTokens: result.cachedTokens, servedBy: result.servedBy }
+  const result: ChatStreamResult = await streamChat(`${url}/v1/chat/completions`, body, { collectText: true })
+  return { ttftMs: result.ttftMs, promptTokens: result.promptTokens, cachedTokens: result.cachedTokens, servedBy: result.servedBy, answer: result.text }
 }
 
 async function post (url: string, path: string, body: unknown): Promise<void> {
@@ -98,23 +100,35 @@ async function post (url: string, path: string, body: unknown): Promise<void> {
 }
 
 function log (label: string, turn: Turn): void {
-  console.error(`  ${label}: TTFT ${turn.ttftMs.toFixed(0)} ms, prompt ${turn.promptTokens ?? '-'} tokens, cached ${turn.cachedTokens ?? '-'}${turn.servedBy == null ? '' : `, served by ${turn.servedBy}`}`)
+  console.error(`  ${label}: TTFT ${turn.ttftMs.toFixed(0)} ms, prompt ${turn.promptTokens ?? '-'} tokens, cached ${turn.cachedTokens ?? '-'}${turn.servedBy == null ? '' : `, served by ${turn.servedBy}`}, answer ${JSON.stringify(turn.answer.slice(0, 16))}…`)
 }
 
-/** Turns 1..TURNS, then one after a swap and one after a restart, on `meshnode serve` processes. */
-async function meshnode (modelPath: string, system: string, root: string): Promise<{ turns: Turn[], afterSwap: Turn, afterRestart: Turn }> {
+/**
+ * Turns 1..TURNS on llama-server and on `meshnode serve`, both up at once and asked in turn (each cold turn 1 one after
+ * the other, then each later turn of one and of the other, the order alternating), so that drift in the machine's
+ * speed over the minutes a run takes falls on both alike; then, on meshnode, one turn after a swap and one after a
+ * restart.
+ */
+async function sideBySide (binary: string, modelPath: string, system: string, root: string): Promise<{ server: Turn[], mesh: Turn[], afterSwap: Turn, afterRestart: Turn }> {
   const dataDir = join(root, 'node')
   const args = ['--threads', String(THREADS), '--slots', '1', '--context-size', String(CONTEXT), '--max-loaded-models', '1']
-  let node = await startMeshnode(dataDir, args)
+  const server = await startLlamaServer(binary, modelPath, ['-t', String(THREADS), '-tb', String(THREADS), '-c', String(CONTEXT), '-np', '1'])
+  let node: ServerProcess | null = null
   try {
+    node = await startMeshnode(dataDir, args)
     await post(node.url, '/v1/app/models/import', { path: modelPath, modelID: MODEL_ID })
     await post(node.url, '/v1/app/models/import', { path: OTHER_MODEL, modelID: 'other' })
-    await ask(node.url, MODEL_ID, [{ role: 'user', content: 'warm up' }]) // loads the model: turn 1 measures the prompt
-    const turns: Turn[] = []
+    // Each answers a warm-up first (meshnode loads the model for it): turn 1 measures the prompt
+    const targets = [{ name: 'llama-server', url: server.url, turns: [] as Turn[] }, { name: 'meshnode', url: node.url, turns: [] as Turn[] }]
+    for (const target of targets) await ask(target.url, MODEL_ID, [{ role: 'user', content: 'warm up' }])
     for (let turn = 0; turn < TURNS; turn++) {
-      turns.push(await ask(node.url, MODEL_ID, conversation(system, turn)))
-      log(`meshnode turn ${turn + 1}`, turns[turn])
+      for (let i = 0; i < targets.length; i++) {
+        const target = targets[(turn + i) % targets.length]
+        target.turns.push(await ask(target.url, MODEL_ID, conversation(system, turn)))
+        log(`${target.name} turn ${turn + 1}`, target.turns[turn])
+      }
     }
+    await stop(server.child)
     await ask(node.url, 'other', [{ role: 'user', content: 'Once upon a time' }])
     const afterSwap = await ask(node.url, MODEL_ID, conversation(system, TURNS))
     log('meshnode after a swap', afterSwap)
@@ -122,9 +136,10 @@ async function meshnode (modelPath: string, system: string, root: string): Promi
     node = await startMeshnode(dataDir, args)
     const afterRestart = await ask(node.url, MODEL_ID, conversation(system, TURNS + 1))
     log('meshnode after a restart', afterRestart)
-    return { turns, afterSwap, afterRestart }
+    return { server: targets[0].turns, mesh: targets[1].turns, afterSwap, afterRestart }
   } finally {
-    await stop(node.child)
+    await stop(server.child)
+    if (node != null) await stop(node.child)
   }
 }
 
@@ -163,21 +178,6 @@ async function throughPeer (modelPath: string, system: string, root: string): Pr
   }
 }
 
-async function llamaServer (binary: string, modelPath: string, system: string): Promise<Turn[]> {
-  const server = await startLlamaServer(binary, modelPath, ['-t', String(THREADS), '-tb', String(THREADS), '-c', String(CONTEXT), '-np', '1'])
-  try {
-    await ask(server.url, MODEL_ID, [{ role: 'user', content: 'warm up' }])
-    const turns: Turn[] = []
-    for (let turn = 0; turn < TURNS; turn++) {
-      turns.push(await ask(server.url, MODEL_ID, conversation(system, turn)))
-      log(`llama-server turn ${turn + 1}`, turns[turn])
-    }
-    return turns
-  } finally {
-    await stop(server.child)
-  }
-}
-
 const binary = await ensureLlamaServer('native')
 const loadAtStart = loadavg()
 const rows: string[] = []
@@ -188,20 +188,19 @@ for (const shape of MODELS) {
   console.error(`${shape}: a system prompt of ${tokens} tokens`)
   const root = await mkdtemp(join(tmpdir(), 'meshnode-bench-agent-'))
   try {
-    const server = await llamaServer(binary, modelPath, system)
-    const mesh = await meshnode(modelPath, system, root)
+    const { server, mesh, afterSwap, afterRestart } = await sideBySide(binary, modelPath, system, root)
     const peer = THROUGH_PEER ? await throughPeer(modelPath, system, root) : null
     const later = (turns: Turn[]): number => median(turns.slice(1).map((t) => t.ttftMs))
-    const cold = mesh.turns[0].ttftMs
+    const cold = mesh[0].ttftMs
     const ms = (value: number): string => value.toFixed(0)
     const cached = (turn: Turn): string => String(turn.cachedTokens ?? '-')
     const samePeer = peer != null && peer.slice(1).every((t) => t.servedBy === peer[0].servedBy)
-    rows.push(`| ${shape} | ${mesh.turns[0].promptTokens ?? tokens} | ${ms(cold)} | ${ms(later(mesh.turns))} | ` +
-      `${ms(mesh.afterSwap.ttftMs)} (${cached(mesh.afterSwap)} cached) | ${ms(mesh.afterRestart.ttftMs)} (${cached(mesh.afterRestart)} cached) | ` +
+    rows.push(`| ${shape} | ${mesh[0].promptTokens ?? tokens} | ${ms(cold)} | ${ms(later(mesh))} | ` +
+      `${ms(afterSwap.ttftMs)} (${cached(afterSwap)} cached) | ${ms(afterRestart.ttftMs)} (${cached(afterRestart)} cached) | ` +
       `${peer == null ? 'not run' : `${ms(peer[0].ttftMs)} / ${ms(later(peer))} (${samePeer ? 'same peer' : 'peers differ'}, ${peer.slice(1).map(cached).join('/')} cached)`} | ` +
       `${ms(server[0].ttftMs)} / ${ms(later(server))} |`)
-    verdicts.push(`${shape}: after a swap ${check(mesh.afterSwap.ttftMs / cold, 0.1, false)} cold; after a restart ${check(mesh.afterRestart.ttftMs / cold, 0.1, false)} cold; ` +
-      `turns 2..5 ${check(later(mesh.turns) / later(server), 1, false)} llama-server's` +
+    verdicts.push(`${shape}: after a swap ${check(afterSwap.ttftMs / cold, 0.1, false)} cold; after a restart ${check(afterRestart.ttftMs / cold, 0.1, false)} cold; ` +
+      `turns 2..5 ${check(later(mesh) / later(server), 1, false)} llama-server's` +
       (peer == null ? '' : `; through a peer, turns 2..5 ${samePeer ? 'stayed on the first peer' : 'did NOT stay on one peer'}`))
   } finally {
     await rm(root, { recursive: true, force: true })

@@ -27,6 +27,12 @@ if (!FLASH_ATTENTION_CHOICES.includes(FLASH_ATTENTION)) throw new Error(`BENCH_F
 const LLAMA_SERVER_BUILD = (process.env.BENCH_LLAMA_SERVER ?? 'native') as LlamaServerBuild
 if (!LLAMA_SERVER_BUILDS.includes(LLAMA_SERVER_BUILD)) throw new Error(`BENCH_LLAMA_SERVER must be one of ${LLAMA_SERVER_BUILDS.join(', ')}, not ${LLAMA_SERVER_BUILD}`)
 const DECODE_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 128)
+/**
+ * `BENCH_ONLY=decode` measures the one-stream decode alone (each engine's, and the raw engine's): rounds of a second or
+ * two instead of a minute, so that many of them fit in a run; the other measures print as NaN.
+ */
+const DECODE_ONLY = process.env.BENCH_ONLY === 'decode'
+if (process.env.BENCH_ONLY != null && !DECODE_ONLY) throw new Error(`BENCH_ONLY must be decode, not ${process.env.BENCH_ONLY}`)
 const TURNS = 6
 const TURN_WORDS = 150 // about 200 tokens with the Llama-2 vocabulary
 const TURN_ANSWER_TOKENS = 48
@@ -160,6 +166,9 @@ async function round (target: Target, seed: number): Promise<RoundResult> {
   const decode1 = (one.tokens - 1) / ((one.lastMs - one.ttftMs) / 1000)
   const raw = await target.complete?.(prompt[0].content, DECODE_TOKENS)
   const raw1 = raw == null ? Number.NaN : (raw.tokens - 1) / ((raw.lastMs - raw.ttftMs) / 1000)
+  if (DECODE_ONLY) {
+    return { decode1, raw1, decode4: NaN, cpu1, cpu4: NaN, longTtftMs: NaN, chatTtftMs: Array(TURNS).fill(NaN), chatCached: [], lastTurnMs: NaN, lastTurnTokens: 0 }
+  }
   cpu = cpuMs(target.pid)
   const four = await target.generate(prompt, DECODE_TOKENS, 4)
   const fourTokens = four.reduce((sum, r) => sum + r.tokens, 0)
