@@ -8,15 +8,10 @@ import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { Api, exitOf, spawnNodeProcess, tempDir, waitFor, type NodeProcess } from '../support/node.ts'
 import { startRelayProcess } from '../support/relay-process.ts'
+import { askTurn, firstTurnThenDearer, FOLLOW_UPS, type Message, type Turn } from '../support/conversation.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const MODEL = 'tiny-chat'
-const SYSTEM = 'You are a helpful model for the peer network. ' +
-  'Think about each question, then answer it in a few good words. '.repeat(6) +
-  'When you do not know, say so, and help the people who ask with what you know about the network and its nodes.'
-
-interface Message { role: 'system' | 'user' | 'assistant', content: string }
-interface Turn { servedBy: string | null, cached: number, prompt: number, reply: string }
 interface Serve { api: Api, nodeID: string, node: NodeProcess }
 
 /** `meshnode serve` on its defaults, with `modelPath` imported and loaded when given, then put on `relayUrl`'s WAN. */
@@ -43,14 +38,7 @@ async function waitForServers (asker: Serve, servers: Serve[]): Promise<void> {
 }
 
 async function ask (asker: Serve, messages: Message[]): Promise<Turn> {
-  const res = await asker.api.post('/v1/chat/completions', { model: MODEL, messages, max_tokens: 8, temperature: 0 })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  return {
-    servedBy: res.headers.get('x-served-by'),
-    cached: res.body.usage.prompt_tokens_details?.cached_tokens ?? 0,
-    prompt: res.body.usage.prompt_tokens,
-    reply: res.body.choices[0].message.content
-  }
+  return await askTurn(asker.api, MODEL, messages)
 }
 
 test('`meshnode serve` on defaults: a conversation stays with the peer that answered its first turn, and moves on when that peer stops', { timeout: 480_000 }, async (t) => {
@@ -59,22 +47,12 @@ test('`meshnode serve` on defaults: a conversation stays with the peer that answ
   const [asker, b, c] = await Promise.all([startServe(t, relay.url), startServe(t, relay.url, path), startServe(t, relay.url, path)])
   await waitForServers(asker, [b, c])
 
-  const messages: Message[] = [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hello there, how are you today?' }]
-  const first = await ask(asker, messages)
-  assert.equal(first.cached, 0, 'nothing of this conversation was evaluated anywhere before')
-  const [chosen, other] = first.servedBy === `peer:${b.nodeID}` ? [b, c] : [c, b]
-  assert.equal(first.servedBy, `peer:${chosen.nodeID}`)
-
-  // The chosen peer raises its price: the ranking now puts the other peer first, and a new conversation would go there.
-  // Latency (in 20 ms steps) ranks before price, and on defaults it is measured again only every 30 s: on a loaded
-  // machine a ping may put the two peers in different steps for a few rounds, hence the long wait.
-  const res = await chosen.api.patch('/v1/app/settings', { electricity_cost: 1000 })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  await waitFor(async () => (await asker.api.get('/v1/models')).body.data[0]?.owned_by === `peer:${other.nodeID}`,
-    { timeoutMs: 240_000, intervalMs: 250, what: 'the asker to rank the other peer first' })
+  // The chosen peer turns dearer. Latency (in 20 ms steps) ranks before price, and on defaults it is measured again only
+  // every 30 s: on a loaded machine a ping may put the two peers in different steps for a few rounds, hence the long wait.
+  const { messages, first, chosen, other } = await firstTurnThenDearer(asker.api, MODEL, [b, c], 240_000)
 
   let last = first
-  for (const question of ['what is a peer in the network?', 'and how does a node find one?', 'thanks, one more: what is a credit?']) {
+  for (const question of FOLLOW_UPS) {
     messages.push({ role: 'assistant', content: last.reply }, { role: 'user', content: question })
     await waitForServers(asker, [b, c])
     last = await ask(asker, messages)

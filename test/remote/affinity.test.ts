@@ -5,27 +5,15 @@ import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { test } from 'node:test'
 import { startTestRelay, waitForPeers } from '../support/network.ts'
-import { tempDir, waitFor, type TestNode } from '../support/node.ts'
+import { tempDir, type TestNode } from '../support/node.ts'
 import { startPeer } from '../support/peers.ts'
+import { askTurn, firstTurnThenDearer, FOLLOW_UPS, type Message, type Turn } from '../support/conversation.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const MODEL = 'tiny-chat'
-const SYSTEM = 'You are a helpful model for the peer network. ' +
-  'Think about each question, then answer it in a few good words. '.repeat(6) +
-  'When you do not know, say so, and help the people who ask with what you know about the network and its nodes.'
-
-interface Message { role: 'system' | 'user' | 'assistant', content: string }
-interface Turn { servedBy: string | null, cached: number, prompt: number, reply: string }
 
 async function ask (asker: TestNode, messages: Message[]): Promise<Turn> {
-  const res = await asker.api.post('/v1/chat/completions', { model: MODEL, messages, max_tokens: 8, temperature: 0 })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  return {
-    servedBy: res.headers.get('x-served-by'),
-    cached: res.body.usage.prompt_tokens_details?.cached_tokens ?? 0,
-    prompt: res.body.usage.prompt_tokens,
-    reply: res.body.choices[0].message.content
-  }
+  return await askTurn(asker.api, MODEL, messages)
 }
 
 test('a conversation stays with the peer that answered its first turn, and moves on when that peer stops', async (t) => {
@@ -40,20 +28,10 @@ test('a conversation stays with the peer that answered its first turn, and moves
   const bothOnline = async (): Promise<void> => { await waitForPeers(asker, [b.nodeID, c.nodeID], { timeoutMs: 60_000 }) }
   await bothOnline()
 
-  const messages: Message[] = [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hello there, how are you today?' }]
-  const first = await ask(asker, messages)
-  assert.equal(first.cached, 0, 'nothing of this conversation was evaluated anywhere before')
-  const [chosen, other] = first.servedBy === `peer:${b.nodeID}` ? [b, c] : [c, b]
-  assert.equal(first.servedBy, `peer:${chosen.nodeID}`)
-
-  // The chosen peer raises its price: the ranking now puts the other peer first, and a new conversation would go there.
-  const res = await chosen.api.patch('/v1/app/settings', { electricity_cost: 1000 })
-  assert.equal(res.status, 200, JSON.stringify(res.body))
-  await waitFor(async () => (await asker.api.get('/v1/models')).body.data[0]?.owned_by === `peer:${other.nodeID}`,
-    { timeoutMs: 60_000, what: 'the asker to rank the other peer first' })
+  const { messages, first, chosen, other } = await firstTurnThenDearer(asker.api, MODEL, [b, c], 60_000)
 
   let last = first
-  for (const question of ['what is a peer in the network?', 'and how does a node find one?', 'thanks, one more: what is a credit?']) {
+  for (const question of FOLLOW_UPS) {
     messages.push({ role: 'assistant', content: last.reply }, { role: 'user', content: question })
     await bothOnline()
     last = await ask(asker, messages)
