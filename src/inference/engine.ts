@@ -117,7 +117,7 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
       const started = performance.now()
       // The model's default reaches every context made from it (generation and embeddings), so it is chosen before
       // the load, by the build: a GPU build that ends up placing no layer on the GPU keeps llama.cpp's auto.
-      const flashAttention = resolveFlashAttention(this.flashAttention, file.headSize, llama.gpu === false)
+      const flashAttention = resolveFlashAttention(this.flashAttention, llama.gpu === false)
       let model: LlamaModel
       try {
         model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: flashAttention })

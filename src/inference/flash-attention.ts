@@ -1,9 +1,9 @@
-// Flash attention: the choice a user makes (`serve --flash-attention`) and what it means for one model.
+// Flash attention: the choice a user makes (`serve --flash-attention`) and what it means where a model runs.
 
 /**
  * Flash attention, as llama-server's `-fa` and node-llama-cpp's `flashAttention` take it: `on`, `off`, or `auto`
  * (llama-server's default, and ours), which lets llama.cpp use it wherever the backend supports it, except on the CPU
- * for a model whose attention heads are narrower than FLASH_ATTENTION_HEAD_STEP (`resolveFlashAttention`).
+ * (`resolveFlashAttention`).
  */
 export type FlashAttention = 'auto' | 'on' | 'off'
 export const FLASH_ATTENTION_CHOICES: readonly FlashAttention[] = ['auto', 'on', 'off']
@@ -12,16 +12,15 @@ export function llamaFlashAttention (choice: FlashAttention): 'auto' | boolean {
   return choice === 'auto' ? 'auto' : choice === 'on'
 }
 /**
- * On the CPU, llama.cpp's flash attention takes a head's dot products FLASH_ATTENTION_HEAD_STEP values at a time (its
- * AVX-512 f16 step) and what is left one value at a time, which node-llama-cpp's prebuilt CPU libraries run slowly:
- * deep in a context a token takes much longer with it for heads narrower than the step, and heads that leave a
- * remainder lose overall, while for 64 and 128 it is faster throughout (bench/README.md). So on the CPU `auto` leaves
- * it off for heads narrower than the step. (llama-server built from the same source with a newer compiler pays nothing
- * for it.)
+ * What `choice` means for a model that runs on the CPU (`onCpu`) or not. On the CPU `auto` is off: there llama.cpp's
+ * flash attention kernel (in node-llama-cpp's prebuilt CPU libraries) makes every decoded token dearer the deeper it
+ * is in the context, for every head size measured (48 to 128): 7,400 tokens in, a token takes 2–6× as long with it,
+ * 20,400 tokens in (135M shape) 5×; a turn's 107 new tokens take as long or longer (0.73× without it at 20,400), and
+ * only a long prompt evaluated from nothing gains (1.2–1.35× as long without it). An agent's prefix is evaluated once
+ * and then kept (prefix states), while every answer is decoded deep in the context (bench/README.md). A GPU keeps
+ * llama.cpp's own choice.
  */
-export const FLASH_ATTENTION_HEAD_STEP = 64
-/** What `choice` means for one model: `headSize` from its GGUF (null if it does not say), `onCpu` where it runs. */
-export function resolveFlashAttention (choice: FlashAttention, headSize: number | null, onCpu: boolean): 'auto' | boolean {
-  if (choice === 'auto' && onCpu && headSize != null && headSize < FLASH_ATTENTION_HEAD_STEP) return false
+export function resolveFlashAttention (choice: FlashAttention, onCpu: boolean): 'auto' | boolean {
+  if (choice === 'auto' && onCpu) return false
   return llamaFlashAttention(choice)
 }

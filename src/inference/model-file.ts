@@ -22,8 +22,6 @@ const POOLING_TYPES: ReadonlySet<number> = new Set([1, 2, 3, 4])
 
 export interface ModelFile {
   sizeBytes: number
-  /** The narrower of its attention keys and values, null when the GGUF does not say. */
-  headSize: number | null
   kind: ModelKind
   /** The context the model was trained with (`<arch>.context_length`), 0 when the GGUF does not say. */
   trainContextLength: number
@@ -52,20 +50,12 @@ export async function inspectModelFile (modelID: string, path: string): Promise<
     embedding_length?: number
     context_length?: number
     pooling_type?: number
-    attention?: { head_count?: unknown, key_length?: number, value_length?: number }
   } | undefined
-  // As node-llama-cpp's GgufInsights reads it: key_length, else embedding_length / head_count; flash attention walks
-  // the values as well as the keys, so the narrower of the two
-  const heads = architecture?.attention?.head_count
-  const byHeads = architecture?.embedding_length != null && typeof heads === 'number' && heads > 0 ? architecture.embedding_length / heads : null
-  const keys = architecture?.attention?.key_length ?? byHeads
-  const values = architecture?.attention?.value_length ?? keys
-  const headSize = keys == null || values == null ? null : Math.min(keys, values)
   const name = String(info.metadata.general?.architecture ?? '')
   const pooling = architecture?.pooling_type
   const kind: ModelKind = ENCODER_ARCHITECTURES.has(name) || (typeof pooling === 'number' && POOLING_TYPES.has(pooling)) ? 'embedding' : 'chat'
   const trainContextLength = typeof architecture?.context_length === 'number' ? architecture.context_length : 0
-  return { sizeBytes, headSize: headSize != null && Number.isSafeInteger(headSize) ? headSize : null, kind, trainContextLength, info }
+  return { sizeBytes, kind, trainContextLength, info }
 }
 
 /** The context a model gets: the engine's size, unless the model was trained with fewer tokens. */

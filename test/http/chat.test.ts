@@ -27,13 +27,13 @@ test('non-streaming completion through the official openai client: shape, real u
   assert.equal(completion.usage?.total_tokens, (completion.usage?.prompt_tokens ?? 0) + 12)
 })
 
-test('the node\'s flashAttention setting (serve --flash-attention) reaches llama.cpp, and the node answers with it off', async (t) => {
-  const { node, openai } = await startChatNode(t, { flashAttention: 'off' })
-  // node-llama-cpp's getter reports what the engine asked llama.cpp for (the default would be 'auto').
+test('the node\'s flashAttention setting (serve --flash-attention) reaches llama.cpp, and the node answers with it on', async (t) => {
+  const { node, openai } = await startChatNode(t, { flashAttention: 'on' })
+  // node-llama-cpp's getter reports what the engine asked llama.cpp for (on the CPU the default, auto, is false).
   const answer = await openai.chat.completions.create({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, temperature: 0 })
   assert.equal(answer.usage?.completion_tokens, 8)
   const loaded = (node.engine as unknown as { models: Map<string, { context: { flashAttention: boolean | 'auto' } | null }> }).models.get(TINY_MODEL_ID)
-  assert.equal(loaded?.context?.flashAttention, false)
+  assert.equal(loaded?.context?.flashAttention, true)
 })
 
 test('streaming: role chunk first, content deltas, a finish chunk, the usage chunk, [DONE]', async (t) => {
