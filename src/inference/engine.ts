@@ -10,7 +10,7 @@ import type {
   GenerateOptions, InferenceEvent, InferenceRequest
 } from './chat.ts'
 import { ModelLoadError, ModelSwappedError, ModelTooLargeError, NoModelLoadedError } from './errors.ts'
-import { FLASH_ATTENTION_CHOICES, resolveFlashAttention, type FlashAttention } from './flash-attention.ts'
+import { FLASH_ATTENTION_CHOICES, llamaFlashAttention, resolveFlashAttention, type FlashAttention } from './flash-attention.ts'
 import { Accelerator } from './gpu.ts'
 import { compactHeap } from './heap.ts'
 import { defaultInferenceThreads } from './llama.ts'
@@ -115,19 +115,20 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
       // just unloaded, the GGUF parsed with its tensors, the chat template.
       compactHeap()
       const started = performance.now()
-      // The model's default reaches every context made from it (generation and embeddings), so it is chosen before
-      // the load, by the build: a GPU build that ends up placing no layer on the GPU keeps llama.cpp's auto.
+      // The model's default reaches the contexts made from it without a setting of their own: embeddings, which only
+      // evaluate prompts. The generation context is made with what the choice means where the model runs, as the build
+      // says: a GPU build that ends up placing no layer on the GPU keeps llama.cpp's auto.
       const flashAttention = resolveFlashAttention(this.flashAttention, llama.gpu === false)
       let model: LlamaModel
       try {
-        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: flashAttention })
+        model = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: llamaFlashAttention(this.flashAttention) })
       } catch (err) {
         // node-llama-cpp rejects a file that is not GGUF, is truncated, or has an architecture llama.cpp lacks
         throw new ModelLoadError(modelID, `${path} is not a loadable GGUF model (${errorMessage(err)})`, { cause: err })
       }
       releaseTokenizerArrays(model)
       compactHeap()
-      const instance = await this.instance(modelID, path, file.sizeBytes, file.kind, memoryBytes, llama, model, reason)
+      const instance = await this.instance(modelID, path, file.sizeBytes, file.kind, memoryBytes, llama, model, reason, flashAttention)
       this.models.set(modelID, instance)
       instance.onIdle = () => { this.scheduleKeepAlive(instance, true) }
       instance.onStats = () => { this.emit('stats') }
@@ -325,7 +326,7 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
     this.keepAliveTimers.set(instance, timer)
   }
 
-  private async instance (modelID: string, path: string, sizeBytes: number, kind: LoadedModelInfo['kind'], memoryBytes: number, llama: Llama, model: LlamaModel, reason: LoadReason): Promise<ModelInstance> {
+  private async instance (modelID: string, path: string, sizeBytes: number, kind: LoadedModelInfo['kind'], memoryBytes: number, llama: Llama, model: LlamaModel, reason: LoadReason, flashAttention: boolean | 'auto'): Promise<ModelInstance> {
     try {
       const contextLength = contextLengthFor(model.trainContextSize, this.contextSize)
       const chatWrapper = await chatWrapperFor(model)
@@ -345,9 +346,9 @@ export class LocalEngine extends EventEmitter<LocalEngineEvents> implements Chat
         totalLayers: model.fileInsights.totalLayers
       })
       const prompt = new PromptTokenizer({ thread: this.tokenizerThread, modelID, path, model, contextLength })
-      const prefixStates = kind === 'chat' ? await this.prefixStates?.keeperFor({ path, contextLength, sequences: this.slotCount, flashAttention: model.defaultContextFlashAttention }) ?? null : null
+      const prefixStates = kind === 'chat' ? await this.prefixStates?.keeperFor({ path, contextLength, sequences: this.slotCount, flashAttention }) ?? null : null
       return new ModelInstance(info, { modelID, contextLength, llama, model, chatWrapper, prompt }, reason, this.log, {
-        threads: this.threads, slots: this.slotCount, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS, prefixStates
+        threads: this.threads, slots: this.slotCount, queueSize: this.queueSize, retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS, flashAttention, prefixStates
       })
     } catch (err) {
       await model.dispose()

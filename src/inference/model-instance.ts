@@ -70,6 +70,8 @@ export interface ModelInstanceOptions {
   slots: number
   queueSize: number
   retryAfterSeconds: number
+  /** Flash attention for the generation context (`resolveFlashAttention`); embedding contexts take the model's default. */
+  flashAttention: boolean | 'auto'
   /** Where slots' long prefixes are saved before they are lost, and restored from (prefix-states.ts); null keeps none. */
   prefixStates: PrefixKeeper | null
 }
@@ -262,6 +264,7 @@ export class ModelInstance {
       sequences: this.#options.slots,
       contextSize: this.info.contextLength,
       threads: this.#options.threads,
+      flashAttention: this.#options.flashAttention,
       batching: batching.options
     })
     batching.attach(context)

@@ -361,14 +361,15 @@ await test('flashAttention reaches llama.cpp\'s context as chosen, every choice 
   }
   const modelOf = (engine: LocalEngine): { defaultContextFlashAttention: boolean | 'auto' } => instanceOf(engine).parts.model
   const { path: wide } = await writeTinyGguf(join(await tempDir(t), 'one-head.gguf'), { seed: 1, oneHead: true })
-  // `auto` on the CPU is off, whatever the heads (64 in the one-head model, 16 in the default tiny one)
-  for (const [choice, oneHead, asked] of [['auto', true, false], ['auto', false, false], ['on', false, true], ['on', true, true], ['off', true, false]] as const) {
+  // `auto` on the CPU: off for generation whatever the heads (64 in the one-head model, 16 in the default tiny one),
+  // llama.cpp's own choice for embeddings, which only evaluate prompts
+  for (const [choice, oneHead, generation, embeddings] of [['auto', true, false, 'auto'], ['auto', false, false, 'auto'], ['on', false, true, true], ['on', true, true, true], ['off', true, false, false]] as const) {
     const engine = oneHead ? new LocalEngine({}, { threads: 1, flashAttention: choice }) : await startEngine(t, { flashAttention: choice })
     if (oneHead) await engine.load('one-head', wide)
     const label = `${choice}, heads of ${oneHead ? 64 : 16}`
     assert.equal((await answer(engine, HELLO)).done.usage.completionTokens, 24, label)
-    assert.equal(contextOf(engine).flashAttention, asked, label)
-    assert.equal(modelOf(engine).defaultContextFlashAttention, asked, `${label}: the embedding context's default`)
+    assert.equal(contextOf(engine).flashAttention, generation, label)
+    assert.equal(modelOf(engine).defaultContextFlashAttention, embeddings, `${label}: the embedding context's default`)
     const vectors: number[][] = []
     for await (const event of engine.embed({ input: ['hello'] })) if (event.type === 'embedding') vectors.push(event.vector)
     assert.ok(vectors.length === 1 && vectors[0].length > 0 && vectors[0].every(Number.isFinite), `${label}: an embedding`)

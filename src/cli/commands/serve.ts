@@ -48,7 +48,7 @@ export function registerServe (program: Command): void {
     .option('--slots <n>', `requests the loaded model serves at once (default ${DEFAULT_SLOTS})`)
     .option('--queue-size <n>', `requests that may wait for a slot before new ones get 429 (default ${DEFAULT_QUEUE_SIZE})`)
     .option('--context-size <tokens>', `context tokens per slot, capped at the model's own (default ${DEFAULT_CONTEXT_SIZE})`)
-    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (default auto: wherever the backend supports it, as llama-server, except on the CPU, where it is off)`)
+    .option('--flash-attention <mode>', `llama.cpp's flash attention: ${FLASH_ATTENTION_CHOICES.join(', ')} (default auto: wherever the backend supports it, as llama-server, except for generation on the CPU, where it is off)`)
     .option('--max-loaded-models <n>', `models held in memory at once (default ${DEFAULT_MAX_LOADED_MODELS})`)
     .option('--keep-alive <duration>', 'how long a model loaded for a request stays after its last one: 30s, 10m, 1h, 0 (unload right after) or -1 (never) (default 10m); models loaded with `models load` or --model stay')
     .option('--memory-budget <GiB>', 'memory the loaded models may take together, by node-llama-cpp\'s estimate of each model and context (default: what the machine has available when the first model loads, RAM plus free VRAM)')
