@@ -13,7 +13,11 @@ import { encodeGguf, Q8_0_BLOCK, type GgufTensor, type MetadataValue } from '../
 interface Shape { embedding: number, layers: number, heads: number, kvHeads: number, ffn: number, ropeBase: number, seed: number }
 export const SHAPES = {
   '24M': { embedding: 288, layers: 6, heads: 6, kvHeads: 6, ffn: 768, ropeBase: 10000, seed: 24 },
-  '135M': { embedding: 576, layers: 30, heads: 9, kvHeads: 3, ffn: 1536, ropeBase: 100000, seed: 135 }
+  '135M': { embedding: 576, layers: 30, heads: 9, kvHeads: 3, ffn: 1536, ropeBase: 100000, seed: 135 },
+  // Two shapes of one 8-layer family with wider heads, 4 query heads to a key/value head: 96 values (Phi-3's) and 128
+  // (Llama 3's, Qwen3's), for what depends on a head's width (bench/flash-attention.ts).
+  head96: { embedding: 768, layers: 8, heads: 8, kvHeads: 2, ffn: 2048, ropeBase: 100000, seed: 96 },
+  head128: { embedding: 1024, layers: 8, heads: 8, kvHeads: 2, ffn: 2048, ropeBase: 100000, seed: 128 }
 } as const satisfies Record<string, Shape>
 export type ShapeName = keyof typeof SHAPES
 /** f16 2^-12: uniform int8 weights of this scale have a standard deviation of about 0.018, like a fresh init. */

@@ -16,10 +16,10 @@ export function llamaFlashAttention (choice: FlashAttention): 'auto' | boolean {
  * prompts, take the choice as it is (`llamaFlashAttention`). On the CPU `auto` is off for generation: there llama.cpp's
  * flash attention kernel (in node-llama-cpp's prebuilt CPU libraries) makes every decoded token dearer the deeper it
  * is in the context, for every head size measured (48 to 128): 7,400 tokens in, a token takes 2–6× as long with it,
- * 20,400 tokens in (135M shape) 5×; a turn's 107 new tokens take as long or longer (0.73× without it at 20,400), and
- * only a prompt evaluated from nothing gains (1.2–1.35× as long without it 7,400 tokens in). An agent's prefix is
- * evaluated once and then kept (prefix states), while every answer is decoded deep in the context (bench/README.md,
- * `npm run bench:flash-attention`). A GPU keeps llama.cpp's own choice.
+ * 20,400 tokens in (135M shape) 5×; a turn's 107 new tokens take about as long either way, and only a prompt evaluated
+ * from nothing gains (1.15–1.35× as long without it). An agent's prefix is evaluated once and then kept (prefix
+ * states), while every answer is decoded deep in the context (bench/README.md, `npm run bench:flash-attention`). A GPU
+ * keeps llama.cpp's own choice.
  */
 export function resolveFlashAttention (choice: FlashAttention, onCpu: boolean): 'auto' | boolean {
   if (choice === 'auto' && onCpu) return false
