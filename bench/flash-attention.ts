@@ -28,12 +28,12 @@ interface Run { coldMs: number, turnMs: number[], tokenMs: number[] }
 async function measure (model: LlamaModel, prefix: Token[], turns: Token[][]): Promise<{ off: Run, on: Run }> {
   const contexts = await Promise.all([false, true].map(async (flashAttention) => await model.createContext({ contextSize: CONTEXT, sequences: 1, threads: THREADS, flashAttention })))
   try {
-    const [off, on] = await Promise.all(contexts.map(async (context): Promise<Run> => {
+    const sequences = contexts.map((context) => context.getSequence())
+    const [off, on] = await Promise.all(sequences.map(async (sequence): Promise<Run> => {
       const started = performance.now()
-      await context.getSequence().evaluateWithoutGeneratingNewTokens(prefix)
+      await sequence.evaluateWithoutGeneratingNewTokens(prefix)
       return { coldMs: performance.now() - started, turnMs: [], tokenMs: [] }
     }))
-    const sequences = contexts.map((context) => context.getSequence())
     for (const [round, turn] of turns.entries()) {
       for (const i of round % 2 === 0 ? [0, 1] : [1, 0]) {
         const run = i === 0 ? off : on
