@@ -47,7 +47,6 @@ export async function inspectModelFile (modelID: string, path: string): Promise<
     throw new ModelLoadError(modelID, `${path} is not a GGUF file (${errorMessage(err)})`, { cause: err })
   }
   const architecture = info.architectureMetadata as {
-    embedding_length?: number
     context_length?: number
     pooling_type?: number
   } | undefined
