@@ -2,7 +2,7 @@
 // and tool definitions) resent with every request, then turns that each add a user message and an answer. Time to
 // first token of every turn on random-weight GGUFs of the 24M and 135M shapes written with a 32k trained context:
 // - meshnode (`meshnode serve` as a process, one slot of 32k): turn 1 cold, turns 2..5 from the slot's cache, asked in
-//   turn with llama-server's;
+//   turn with llama-server's, each also timed to the end of its answer (the first token and the 15 after it);
 // - after a swap: another model asked for (--max-loaded-models 1 evicts the agent's), then the next turn;
 // - after a restart: the node stopped (SIGTERM) and started again on the same data dir, then the next turn;
 // - through a peer: a node without the model asking two peers that serve it; affinity should keep every turn on the
@@ -41,7 +41,7 @@ const OTHER_MODEL = join(SHARED_MODELS, 'stories260K-chatml.gguf')
 
 type Message = { role: 'system' | 'user' | 'assistant', content: string }
 /** A turn's figures, and the start of its answer (which shows whether a first token was held back). */
-interface Turn { ttftMs: number, promptTokens: number | null, cachedTokens: number | null, servedBy: string | null, answer: string }
+interface Turn { ttftMs: number, endMs: number, answerTokens: number, promptTokens: number | null, cachedTokens: number | null, servedBy: string | null, answer: string }
 
 /** Tool definitions as an agent sends them, in the system prompt so that every server renders them alike. */
 function toolDefinitions (): string {
@@ -90,7 +90,7 @@ function conversation (system: string, turn: number): Message[] {
 async function ask (url: string, model: string, messages: Message[]): Promise<Turn> {
   const body = { model, messages, max_tokens: ANSWER_TOKENS, temperature: 0, stream: true, stream_options: { include_usage: true } }
   const result: ChatStreamResult = await streamChat(`${url}/v1/chat/completions`, body, { collectText: true })
-  return { ttftMs: result.ttftMs, promptTokens: result.promptTokens, cachedTokens: result.cachedTokens, servedBy: result.servedBy, answer: result.text }
+  return { ttftMs: result.ttftMs, endMs: result.endMs, answerTokens: result.tokens, promptTokens: result.promptTokens, cachedTokens: result.cachedTokens, servedBy: result.servedBy, answer: result.text }
 }
 
 async function post (url: string, path: string, body: unknown): Promise<void> {
@@ -100,7 +100,7 @@ async function post (url: string, path: string, body: unknown): Promise<void> {
 }
 
 function log (label: string, turn: Turn): void {
-  console.error(`  ${label}: TTFT ${turn.ttftMs.toFixed(0)} ms, prompt ${turn.promptTokens ?? '-'} tokens, cached ${turn.cachedTokens ?? '-'}${turn.servedBy == null ? '' : `, served by ${turn.servedBy}`}, answer ${JSON.stringify(turn.answer.slice(0, 16))}…`)
+  console.error(`  ${label}: TTFT ${turn.ttftMs.toFixed(0)} ms, whole answer ${turn.endMs.toFixed(0)} ms (${turn.answerTokens} tokens), prompt ${turn.promptTokens ?? '-'} tokens, cached ${turn.cachedTokens ?? '-'}${turn.servedBy == null ? '' : `, served by ${turn.servedBy}`}, answer ${JSON.stringify(turn.answer.slice(0, 16))}…`)
 }
 
 /**
@@ -191,6 +191,7 @@ for (const shape of MODELS) {
     const { server, mesh, afterSwap, afterRestart } = await sideBySide(binary, modelPath, system, root)
     const peer = THROUGH_PEER ? await throughPeer(modelPath, system, root) : null
     const later = (turns: Turn[]): number => median(turns.slice(1).map((t) => t.ttftMs))
+    const laterEnd = (turns: Turn[]): number => median(turns.slice(1).map((t) => t.endMs))
     const cold = mesh[0].ttftMs
     const ms = (value: number): string => value.toFixed(0)
     const cached = (turn: Turn): string => String(turn.cachedTokens ?? '-')
@@ -198,19 +199,19 @@ for (const shape of MODELS) {
     rows.push(`| ${shape} | ${mesh[0].promptTokens ?? tokens} | ${ms(cold)} | ${ms(later(mesh))} | ` +
       `${ms(afterSwap.ttftMs)} (${cached(afterSwap)} cached) | ${ms(afterRestart.ttftMs)} (${cached(afterRestart)} cached) | ` +
       `${peer == null ? 'not run' : `${ms(peer[0].ttftMs)} / ${ms(later(peer))} (${samePeer ? 'same peer' : 'peers differ'}, ${peer.slice(1).map(cached).join('/')} cached)`} | ` +
-      `${ms(server[0].ttftMs)} / ${ms(later(server))} |`)
+      `${ms(server[0].ttftMs)} / ${ms(later(server))} | ${ms(laterEnd(mesh))} / ${ms(laterEnd(server))} |`)
     verdicts.push(`${shape}: after a swap ${check(afterSwap.ttftMs / cold, 0.1, false)} cold; after a restart ${check(afterRestart.ttftMs / cold, 0.1, false)} cold; ` +
-      `turns 2..5 ${check(later(mesh) / later(server), 1, false)} llama-server's` +
+      `turns 2..5 ${check(later(mesh) / later(server), 1, false)} llama-server's (the whole answer ${(laterEnd(mesh) / laterEnd(server)).toFixed(3)}x)` +
       (peer == null ? '' : `; through a peer, turns 2..5 ${samePeer ? 'stayed on the first peer' : 'did NOT stay on one peer'}`))
   } finally {
     await rm(root, { recursive: true, force: true })
   }
 }
 console.log(`\nbench:agent — a ${PREFIX_TOKENS}-token prefix (${TOOLS} tools and instructions), ${TURNS} turns of ~${TURN_WORDS} words with ${ANSWER_TOKENS}-token answers, ` +
-  `${THREADS} thread(s), one slot of ${CONTEXT} tokens, greedy; TTFT in ms (medians of turns 2..5); ` +
+  `${THREADS} thread(s), one slot of ${CONTEXT} tokens, greedy; TTFT in ms (medians of turns 2..5), and the time to the whole answer; ` +
   `load average (1/5/15 min) ${loadAtStart.map((l) => l.toFixed(1)).join('/')} at the start, ${loadavg().map((l) => l.toFixed(1)).join('/')} at the end\n`)
-console.log('| model | prompt tokens | cold TTFT | turns 2..5 | after a swap | after a restart | through a peer: turn 1 / 2..5 | llama-server: turn 1 / 2..5 |')
-console.log('|---|---:|---:|---:|---:|---:|---:|---:|')
+console.log('| model | prompt tokens | cold TTFT | turns 2..5 | after a swap | after a restart | through a peer: turn 1 / 2..5 | llama-server: turn 1 / 2..5 | whole answer, turns 2..5: meshnode / llama-server |')
+console.log('|---|---:|---:|---:|---:|---:|---:|---:|---:|')
 for (const row of rows) console.log(row)
 console.log('')
 for (const verdict of verdicts) console.log(verdict)
