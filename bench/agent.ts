@@ -190,8 +190,8 @@ for (const shape of MODELS) {
   try {
     const { server, mesh, afterSwap, afterRestart } = await sideBySide(binary, modelPath, system, root)
     const peer = THROUGH_PEER ? await throughPeer(modelPath, system, root) : null
-    const later = (turns: Turn[]): number => median(turns.slice(1).map((t) => t.ttftMs))
-    const laterEnd = (turns: Turn[]): number => median(turns.slice(1).map((t) => t.endMs))
+    /** The median of turns 2..5: of the first token (`ttftMs`), or of the whole answer (`endMs`). */
+    const later = (turns: Turn[], until: 'ttftMs' | 'endMs' = 'ttftMs'): number => median(turns.slice(1).map((t) => t[until]))
     const cold = mesh[0].ttftMs
     const ms = (value: number): string => value.toFixed(0)
     const cached = (turn: Turn): string => String(turn.cachedTokens ?? '-')
@@ -199,9 +199,9 @@ for (const shape of MODELS) {
     rows.push(`| ${shape} | ${mesh[0].promptTokens ?? tokens} | ${ms(cold)} | ${ms(later(mesh))} | ` +
       `${ms(afterSwap.ttftMs)} (${cached(afterSwap)} cached) | ${ms(afterRestart.ttftMs)} (${cached(afterRestart)} cached) | ` +
       `${peer == null ? 'not run' : `${ms(peer[0].ttftMs)} / ${ms(later(peer))} (${samePeer ? 'same peer' : 'peers differ'}, ${peer.slice(1).map(cached).join('/')} cached)`} | ` +
-      `${ms(server[0].ttftMs)} / ${ms(later(server))} | ${ms(laterEnd(mesh))} / ${ms(laterEnd(server))} |`)
+      `${ms(server[0].ttftMs)} / ${ms(later(server))} | ${ms(later(mesh, 'endMs'))} / ${ms(later(server, 'endMs'))} |`)
     verdicts.push(`${shape}: after a swap ${check(afterSwap.ttftMs / cold, 0.1, false)} cold; after a restart ${check(afterRestart.ttftMs / cold, 0.1, false)} cold; ` +
-      `turns 2..5 ${check(later(mesh) / later(server), 1, false)} llama-server's (the whole answer ${(laterEnd(mesh) / laterEnd(server)).toFixed(3)}x)` +
+      `turns 2..5 ${check(later(mesh) / later(server), 1, false)} llama-server's (the whole answer ${(later(mesh, 'endMs') / later(server, 'endMs')).toFixed(3)}x)` +
       (peer == null ? '' : `; through a peer, turns 2..5 ${samePeer ? 'stayed on the first peer' : 'did NOT stay on one peer'}`))
   } finally {
     await rm(root, { recursive: true, force: true })
