@@ -4,10 +4,12 @@
 import { test, type TestContext } from 'node:test'
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
+import type { LlamaContext } from 'node-llama-cpp'
 import type { RunningNode } from '../../src/node.ts'
 import { startChatNode, TINY_MODEL_ID, collectSse } from '../support/chat-node.ts'
 import { startTestNode, tempDir, waitFor, type TestNode } from '../support/node.ts'
 import { FAST_NETWORK, startTestRelay, waitForPeers, wanSettings } from '../support/network.ts'
+import { failSamplingOnce } from '../support/sampling-fault.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 const CRASH_FORMATS = [
@@ -44,29 +46,13 @@ test('the request that killed the node (a grammar at temperature 1e-40) is answe
   assert.deepEqual(node.node.engine.stats(), { slots: 2, busySlots: 0, queued: 0 })
 })
 
-/**
- * Makes llama.cpp's sampler fail once, on the `nth` token sampled from now on, exactly as the real fault does (a
- * rejected native `sampleToken`). The native prototype is read-only, so the fault goes on the loaded context's own
- * native object; it is removed again in t.after.
- */
+/** Makes the loaded model's sampler fail once, on the `nth` token sampled from now on (test/support/sampling-fault.ts). */
 async function injectSamplingFault (t: TestContext, node: RunningNode, nth: number): Promise<{ fired: () => boolean }> {
   // The generation context is made by the model's first chat: one short chat makes it
   for await (const event of node.engine.generate({ messages: [{ role: 'user', content: 'hi' }], maxTokens: 1 })) assert.notEqual(event, null)
-  const loaded = (node.engine as unknown as { models: Map<string, { context: { _ctx: Record<string, unknown> } | null }> }).models.values().next().value
+  const loaded = (node.engine as unknown as { models: Map<string, { context: LlamaContext | null }> }).models.values().next().value
   assert.ok(loaded?.context != null, 'a model is loaded, with its generation context')
-  const native = loaded.context._ctx
-  const sampleToken = native.sampleToken as (...args: unknown[]) => Promise<unknown>
-  let calls = 0
-  Object.defineProperty(native, 'sampleToken', {
-    configurable: true,
-    writable: true,
-    value (this: unknown, ...args: unknown[]): Promise<unknown> {
-      if (++calls === nth) return Promise.reject(new Error('Failed to accept token in sampler: injected by the test'))
-      return sampleToken.apply(this, args)
-    }
-  })
-  t.after(() => { delete native.sampleToken })
-  return { fired: () => calls >= nth }
+  return failSamplingOnce(t, loaded.context, nth)
 }
 
 test('a failure inside the engine mid-generation ends only that request; the other one in the same batch finishes', async (t) => {

@@ -14,6 +14,7 @@ import {
   tokenLoopInternals
 } from '../../src/inference/patches/node-llama-cpp.ts'
 import { garbageCollector } from '../../src/inference/patches/v8.ts'
+import { failSamplingOnce } from '../support/sampling-fault.ts'
 import { writeTinyGguf } from '../support/tiny-gguf.ts'
 
 // Each patch meshnode makes to a dependency's private internals (src/inference/patches/, docs/UPGRADING.md) is
@@ -91,18 +92,7 @@ await test('sampling-guard: a sampler failure in a shared batch ends only its ow
   // The fault llama.cpp's sampler raises ("Failed to accept token in sampler"), as a rejected native sampleToken, on
   // the fourth token sampled: without the guard it is an unhandled rejection in node-llama-cpp's batch loop, which
   // ends this process, and the generation it hit never settles.
-  const native = (context as unknown as { _ctx: Record<string, unknown> })._ctx
-  const sampleToken = native.sampleToken as (...args: unknown[]) => Promise<unknown>
-  let calls = 0
-  Object.defineProperty(native, 'sampleToken', {
-    configurable: true,
-    writable: true,
-    value (this: unknown, ...args: unknown[]): Promise<unknown> {
-      if (++calls === 4) return Promise.reject(new Error('Failed to accept token in sampler: injected by the test'))
-      return sampleToken.apply(this, args)
-    }
-  })
-  t.after(() => { delete native.sampleToken })
+  failSamplingOnce(t, context, 4)
   const outcomes = await Promise.allSettled([context.getSequence(), context.getSequence()].map(async (sequence) =>
     await new LlamaCompletion({ contextSequence: sequence }).generateCompletion('Once upon', { maxTokens: 12, temperature: 0 })))
   const failed = outcomes.filter((outcome) => outcome.status === 'rejected')
