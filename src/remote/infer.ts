@@ -29,6 +29,25 @@ export const INFER_REQUEST_TIMEOUT_MS = 10_000
 export const INFER_KEEPALIVE_MS = 5_000
 /** The requester gives up on a peer that sent no frame for this long. */
 export const INFER_IDLE_TIMEOUT_MS = 30_000
+/**
+ * The requester gives up on an answer not finished this long after it asked, however steadily the peer sends: frames
+ * (keep-alives included) restart the idle deadline, never this one. Generous: a slow node's long answer fits.
+ */
+export const INFER_ANSWER_DEADLINE_MS = 60 * 60_000
+/**
+ * Most one answer may hold, whatever its request allows: characters of text, thoughts, tool calls and their arguments,
+ * each frame counting INFER_ANSWER_FRAME_CHARS more. What a requester holds of an answer (a non-streamed one is
+ * collected whole) stays bounded.
+ */
+export const MAX_INFER_ANSWER_CHARS = 16 * 1024 * 1024
+/**
+ * Most an answer may hold for each token its request allows (its maxTokens, plus a chat's thoughtTokens), counted as
+ * MAX_INFER_ANSWER_CHARS is: far more than any token's text, or than the frames one token can open (a thought's end and
+ * the answer's start, a tool call and its arguments).
+ */
+export const MAX_INFER_ANSWER_CHARS_PER_TOKEN = 1024
+/** What each answer frame counts beyond its text against those bounds: a flood of tiny or empty frames is bounded too. */
+export const INFER_ANSWER_FRAME_CHARS = 64
 /** Requests one peer may have running on us at once, per protocol version (the slot pool and its queue bound the work anyway). */
 export const MAX_INBOUND_INFER_STREAMS = 32
 /** Most text one delta or arguments frame carries when tokens are coalesced (well under MAX_INFER_RESPONSE_FRAME_BYTES). */
@@ -168,42 +187,109 @@ function toErrorFrame (err: unknown): Extract<InferFrame, { type: 'error' }> {
   return errorFrame('internal', 'The serving node failed to generate the answer')
 }
 
+export interface RequestInferenceOptions {
+  signal?: AbortSignal
+  /** Deadline for reaching the peer and opening the stream. */
+  openTimeoutMs?: number
+  /** Deadline for the whole answer, from asking to its last frame. @default INFER_ANSWER_DEADLINE_MS */
+  answerDeadlineMs?: number
+}
+
 /**
  * The requesting side of one attempt: sends the request to `nodeID` and yields the peer's events. A plain chat goes
  * out on 1.0.0, which every peer serves; anything else on 1.1.0, which an older peer refuses when the stream opens
  * (UnavailableError: the router tries the next peer). Throws `RemoteInferenceError` for the peer's error frame,
- * `ProtocolError` for a broken answer (a missing last frame, or frames the request cannot have; the peer is
- * reported), UnavailableError when it cannot be reached. Leaving early, or aborting `signal`, resets the stream,
- * which cancels the generation at the peer.
+ * `ProtocolError` for a broken answer (a missing last frame, frames the request cannot have, or more answer than the
+ * request allows: `too_large`; the peer is reported), `ProtocolError` `timeout` for an answer that stopped coming or
+ * was not finished within `answerDeadlineMs`, UnavailableError when the peer cannot be reached. Leaving early, or
+ * aborting `signal`, resets the stream, which cancels the generation at the peer.
  */
-export async function * requestInference (peers: PeerStreams, nodeID: string, ask: InferAsk, options: { signal?: AbortSignal, openTimeoutMs?: number } = {}): AsyncGenerator<InferenceEvent, void, undefined> {
+export async function * requestInference (peers: PeerStreams, nodeID: string, ask: InferAsk, options: RequestInferenceOptions = {}): AsyncGenerator<InferenceEvent, void, undefined> {
   const protocol = needsInfer12(ask.request) ? INFER_PROTOCOL_REASONING : needsInfer11(ask.request) ? INFER_PROTOCOL : INFER_PROTOCOL_CHAT
-  const frames = askPeer(peers, nodeID, protocol, ask, InferFrame, (frame) => frame.type === 'done' || frame.type === 'error', {
-    signal: options.signal,
-    openTimeoutMs: options.openTimeoutMs,
-    timeoutMs: INFER_IDLE_TIMEOUT_MS,
-    maxRequestBytes: MAX_INFER_REQUEST_BYTES,
-    maxAnswerBytes: MAX_INFER_RESPONSE_FRAME_BYTES
-  })
-  const answer = new AnswerCheck(ask.request)
-  for await (const frame of frames) {
-    try {
-      answer.check(frame)
-    } catch (err) {
-      if (isHostile(err)) await peers.reportMisbehaviour?.(nodeID, err)
-      throw err
+  const deadlineMs = options.answerDeadlineMs ?? INFER_ANSWER_DEADLINE_MS
+  const late = new ProtocolError(`No complete answer within ${deadlineMs} ms of asking, the most an answer may take`, 'timeout')
+  const deadline = new AbortController()
+  const timer = setTimeout(() => { deadline.abort(late) }, deadlineMs)
+  timer.unref()
+  const signal = options.signal == null ? deadline.signal : AbortSignal.any([options.signal, deadline.signal])
+  try {
+    const frames = askPeer(peers, nodeID, protocol, ask, InferFrame, (frame) => frame.type === 'done' || frame.type === 'error', {
+      signal,
+      openTimeoutMs: options.openTimeoutMs,
+      timeoutMs: INFER_IDLE_TIMEOUT_MS,
+      maxRequestBytes: MAX_INFER_REQUEST_BYTES,
+      maxAnswerBytes: MAX_INFER_RESPONSE_FRAME_BYTES
+    })
+    const answer = new AnswerCheck(ask.request)
+    const size = new AnswerSize(ask.request)
+    for await (const frame of frames) {
+      try {
+        answer.check(frame)
+        size.add(frame)
+      } catch (err) {
+        if (isHostile(err)) await peers.reportMisbehaviour?.(nodeID, err)
+        throw err
+      }
+      switch (frame.type) {
+        case 'keepalive':
+          continue
+        case 'error':
+          throw new RemoteInferenceError(frame)
+        case 'done':
+          yield frame
+          return
+        default:
+          yield frame
+      }
     }
-    switch (frame.type) {
-      case 'keepalive':
-        continue
-      case 'error':
-        throw new RemoteInferenceError(frame)
-      case 'done':
-        yield frame
-        return
-      default:
-        yield frame
-    }
+    throw new ProtocolError('The answer ended without a last frame', 'eof')
+  } catch (err) {
+    // The deadline aborts whatever was waiting (opening, writing, reading) with its own error; the caller's cancel stays theirs.
+    if (deadline.signal.aborted && options.signal?.aborted !== true) throw late
+    throw err
+  } finally {
+    clearTimeout(timer)
   }
-  throw new ProtocolError('The answer ended without a last frame', 'eof')
+}
+
+/** How much answer `request` allows (see MAX_INFER_ANSWER_CHARS), and the tokens that bound it (null: no token bound). */
+export function inferAnswerLimit (request: InferenceRequest): { chars: number, tokens: number | null } {
+  if (request.kind === 'embeddings' || request.maxTokens == null) return { chars: MAX_INFER_ANSWER_CHARS, tokens: null }
+  const tokens = request.maxTokens + (request.kind === 'chat' ? request.thoughtTokens ?? 0 : 0)
+  return { chars: Math.min(MAX_INFER_ANSWER_CHARS, tokens * MAX_INFER_ANSWER_CHARS_PER_TOKEN), tokens }
+}
+
+/**
+ * Counts an answer against what its request allows (`inferAnswerLimit`): past it, ProtocolError `too_large`, as for an
+ * oversized frame. Keep-alives hold nothing and count nothing (the answer deadline ends them); an embeddings answer
+ * is bounded by AnswerCheck (one vector per input).
+ */
+class AnswerSize {
+  readonly #limit: { chars: number, tokens: number | null }
+  #chars = 0
+
+  constructor (request: InferenceRequest) {
+    this.#limit = inferAnswerLimit(request)
+  }
+
+  add (frame: InferFrame): void {
+    this.#chars += answerChars(frame)
+    if (this.#chars <= this.#limit.chars) return
+    const { chars, tokens } = this.#limit
+    const bound = tokens == null || chars === MAX_INFER_ANSWER_CHARS ? 'the most any answer may hold' : `what a request for ${tokens} tokens allows`
+    throw new ProtocolError(`Answer out of bounds: more than ${chars} characters, ${bound}`, 'too_large')
+  }
+}
+
+function answerChars (frame: InferFrame): number {
+  switch (frame.type) {
+    case 'delta':
+    case 'reasoning':
+    case 'tool_arguments':
+      return INFER_ANSWER_FRAME_CHARS + frame.text.length
+    case 'tool_call':
+      return INFER_ANSWER_FRAME_CHARS + frame.id.length + frame.name.length
+    default:
+      return 0
+  }
 }

@@ -40,6 +40,8 @@ export interface PeerRouterOptions {
   maxAttempts?: number
   /** Deadline for reaching a peer and opening the stream. @default 10_000 */
   openTimeoutMs?: number
+  /** Deadline for a peer's whole answer, from asking to its last frame. @default INFER_ANSWER_DEADLINE_MS */
+  answerDeadlineMs?: number
   /** Bounds of the conversation affinity table (size, age, clock). */
   affinity?: ConversationAffinityOptions
 }
@@ -55,12 +57,14 @@ export class PeerRouter implements ChatRouter {
   readonly #deps: PeerRouterDeps
   readonly #maxAttempts: number
   readonly #openTimeoutMs: number
+  readonly #answerDeadlineMs: number | undefined
   readonly #affinity: ConversationAffinity
 
   constructor (deps: PeerRouterDeps, options: PeerRouterOptions = {}) {
     this.#deps = deps
     this.#maxAttempts = options.maxAttempts ?? 3
     this.#openTimeoutMs = options.openTimeoutMs ?? 10_000
+    this.#answerDeadlineMs = options.answerDeadlineMs
     this.#affinity = new ConversationAffinity(options.affinity)
   }
 
@@ -195,7 +199,7 @@ export class PeerRouter implements ChatRouter {
       modelID, request: asked, ptnID: options.ptnID ?? null,
       requester: options.requester == null ? null : requesterLabel(options.requester)
     }
-    yield * requestInference(this.#deps.network, peer.nodeID, ask, { signal: options.signal, openTimeoutMs: this.#openTimeoutMs })
+    yield * requestInference(this.#deps.network, peer.nodeID, ask, { signal: options.signal, openTimeoutMs: this.#openTimeoutMs, answerDeadlineMs: this.#answerDeadlineMs })
   }
 }
 
