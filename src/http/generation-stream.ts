@@ -65,14 +65,17 @@ export async function streamGeneration<E> (reply: FastifyReply, generation: Rout
     await first.catch((err: unknown) => { throw signal.aborted ? signal.reason : err })
   }
   const announced = generation.servedBy
-  const raw = startSse(reply, { 'x-served-by': announced })
-  const out = new SseStream(raw) // one socket write per event-loop turn, not one per token
-  out.comment('stream opened')
-  const stopKeepAlive = keepAlive(raw)
   const dialect = options.dialect ?? OPENAI_STREAM
-  const send = (data: unknown): void => { if (data instanceof NamedEvent) out.data(data.data, data.event); else out.data(data) }
+  let out: SseStream | null = null
+  let stopKeepAlive = (): void => {}
+  const send = (data: unknown): void => { if (data instanceof NamedEvent) out?.data(data.data, data.event); else out?.data(data) }
   let finished = false
   try {
+    // Inside the try: whatever fails in opening the stream still stops the generation (finally) and answers the client
+    const raw = startSse(reply, { 'x-served-by': announced })
+    out = new SseStream(raw) // one socket write per event-loop turn, not one per token
+    out.comment('stream opened')
+    stopKeepAlive = keepAlive(raw)
     for (const data of options.opening ?? []) send(data)
     let next = await first
     if (generation.servedBy !== announced) out.comment(`served-by ${generation.servedBy}`)
@@ -85,6 +88,14 @@ export async function streamGeneration<E> (reply: FastifyReply, generation: Rout
     finished = true
     return true
   } catch (err) {
+    // The stream never opened: the error handler answers (startSse checks the headers before it hijacks the reply); a
+    // reply hijacked all the same has nobody left to answer it, so its connection is closed rather than left hanging
+    if (out == null) {
+      if (!reply.sent) throw err
+      reply.raw.destroy()
+      toEnvelope(err, reply.request.id, reply.log)
+      return false
+    }
     const reason: unknown = signal.aborted ? signal.reason : err
     if (reason instanceof StreamCutError) return false // the node ended the stream and told the client why
     if (reason instanceof ClientClosedError) {

@@ -5,6 +5,7 @@ import { InvalidInputError } from '../errors.ts'
 import { MAX_TOOL_DESCRIPTION_CHARS, type ChatEvent, type ChatMessage, type RoutedGeneration, type RoutedRequest, type ToolChoice, type ToolDefinition } from '../inference/index.ts'
 import type { ResponsesInputItem, ResponsesRequest } from './schemas/responses.ts'
 import { THOUGHT_TOKENS_BY_EFFORT } from './schemas/openai.ts'
+import { boundedJsonText } from './routes/chat.ts'
 
 /** Content parts that carry what this node cannot read yet (no vision, no audio): refused by name. */
 const MEDIA_PARTS = new Set(['input_image', 'input_file', 'input_audio'])
@@ -119,7 +120,7 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
         return
       }
       case 'function_call': {
-        const call = { id: stringField(item, 'call_id', at), name: stringField(item, 'name', at), arguments: stringField(item, 'arguments', at) }
+        const call = { id: stringField(item, 'call_id', at), name: stringField(item, 'name', at), arguments: boundedJsonText(stringField(item, 'arguments', at), `${at}.arguments`) }
         const last = messages.at(-1)
         if (last?.role === 'assistant') {
           last.toolCalls = [...(last.toolCalls ?? []), call]
@@ -132,7 +133,7 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
       case 'function_call_output': {
         const output = 'output' in item ? item.output : undefined
         if (output == null) throw new InvalidInputError(`${at}.output must be a string or input_text parts`, `${at}.output`)
-        messages.push({ role: 'tool', content: textOf(output, `${at}.output`), toolCallID: stringField(item, 'call_id', at) })
+        messages.push({ role: 'tool', content: boundedJsonText(textOf(output, `${at}.output`), `${at}.output`), toolCallID: stringField(item, 'call_id', at) })
         origins.push(at)
         return
       }

@@ -1,7 +1,7 @@
 // Server-sent events over a hijacked fastify reply: the OpenAI streams and GET /v1/app/events speak it. Writes
 // respect backpressure: a stream that can wait (a generation) waits for 'drain'; one that cannot (live events) is
 // cut once a client stops reading, so a slow reader never grows the node's memory without bound.
-import type { ServerResponse } from 'node:http'
+import { validateHeaderName, validateHeaderValue, type ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
 import { ClientClosedError } from './errors.ts'
 
@@ -58,15 +58,25 @@ export function cutStream (raw: ServerResponse, error: unknown): void {
   raw.end()
 }
 
-/** Starts an SSE answer on a hijacked reply, with extra headers (e.g. X-Served-By) merged in. */
+/**
+ * Starts an SSE answer on a hijacked reply, with extra headers (e.g. X-Served-By) merged in. A header Node would refuse
+ * to write throws before the reply is hijacked, so the error handler can still answer.
+ */
 export function startSse (reply: FastifyReply, headers: Record<string, string> = {}): ServerResponse {
+  // Headers fastify already queued (request id, CORS) would be lost by hijacking: carry them over.
+  const all: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) all[name] = typeof value === 'number' ? String(value) : value
+  }
+  Object.assign(all, SSE_HEADERS, headers)
+  for (const [name, value] of Object.entries(all)) {
+    validateHeaderName(name)
+    for (const one of Array.isArray(value) ? value : [value]) validateHeaderValue(name, one)
+  }
   reply.hijack()
   const raw = reply.raw
-  // Headers fastify already queued (request id, CORS) would be lost by hijacking: carry them over.
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) raw.setHeader(name, value as string | string[])
-  }
-  raw.writeHead(200, { ...SSE_HEADERS, ...headers })
+  for (const [name, value] of Object.entries(all)) raw.setHeader(name, value)
+  raw.writeHead(200)
   raw.flushHeaders()
   // HEAD is GET without the body: the headers say what the stream would be, and it ends there rather than stay open
   if (reply.request.method === 'HEAD') raw.end()

@@ -3,6 +3,7 @@ import { NodeID, verifySignature, type NodeIdentity } from '../identity/index.ts
 import { canonicalJson } from './canonical-json.ts'
 import { ProtocolError } from './errors.ts'
 import { parseWith } from './frames.ts'
+import { jsonDepthExceeds, MAX_MESSAGE_DEPTH } from './json-depth.ts'
 
 // The one signed form of everything a node states to another: directory records, capability records, transfers,
 // PTN requests and answers, agent messages. The signature covers the canonical JSON of `{ body, domain }`, never the
@@ -21,7 +22,8 @@ export interface SignedEnvelope<T = unknown> {
 export const ENVELOPE_SIGNATURE = /^[A-Za-z0-9+/]{86}==$/
 
 export const SignedEnvelope = z.object({
-  body: z.unknown(),
+  /** Any JSON, its shape the protocol's; nested too deep to be walked safely, it is refused before anything walks it. */
+  body: z.unknown().refine((body) => !jsonDepthExceeds(body, MAX_MESSAGE_DEPTH), `nested deeper than ${MAX_MESSAGE_DEPTH} levels`),
   signer: NodeID,
   signature: z.string().regex(ENVELOPE_SIGNATURE, 'expected a base64 Ed25519 signature')
 })

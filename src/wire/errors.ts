@@ -2,7 +2,7 @@
  * Why a peer's frame or request was not accepted. The receiving side throws it; the caller aborts the stream, so a
  * hostile or broken peer costs itself one stream and never the node.
  * - `too_large`: a frame over the protocol's limit (refused before its body is buffered)
- * - `malformed`: not UTF-8 JSON, or a bad length prefix
+ * - `malformed`: not UTF-8 JSON, JSON nested deeper than MAX_MESSAGE_DEPTH, or a bad length prefix
  * - `invalid`: JSON of the wrong shape for its schema
  * - `bad_signature`: a signed envelope whose signature does not verify
  * - `wrong_signer`: a valid signature, by another key than the one the protocol requires

@@ -6,6 +6,7 @@ import { createRequire } from 'node:module'
 import type { LengthPrefixedStream, lpStream as LpStream } from '@libp2p/utils'
 import type { z } from 'zod'
 import { ProtocolError } from './errors.ts'
+import { jsonDepthExceeds, MAX_MESSAGE_DEPTH } from './json-depth.ts'
 
 // @libp2p/utils is loaded at the first framed stream, not with this module: every node imports the wire layer, and the
 // package (its weight: bench/README.md) is only needed once a libp2p stream exists, by which time the libp2p host has
@@ -52,7 +53,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
 
 /**
  * Reads one frame and returns it parsed and checked against `schema`. Throws `ProtocolError` for an oversized,
- * malformed, invalid, late or missing frame; after any throw the stream's framing is undefined, so abort it.
+ * malformed (too deeply nested too), invalid, late or missing frame; after any throw the stream's framing is undefined, so abort it.
  * A reset by the peer is rethrown as libp2p reports it.
  */
 export async function readMessage<S extends z.ZodType> (frames: FrameStream, schema: S, options: ReadMessageOptions = {}): Promise<z.output<S>> {
@@ -74,6 +75,8 @@ export async function readMessage<S extends z.ZodType> (frames: FrameStream, sch
     // The expected failures here: invalid UTF-8 (TypeError from the fatal decoder) or invalid JSON (SyntaxError).
     throw new ProtocolError(`Frame is not UTF-8 JSON (${bytes.byteLength} bytes)`, 'malformed', { cause: err })
   }
+  // Before any schema or recursive walk sees it: they would overflow the stack on it
+  if (jsonDepthExceeds(value, MAX_MESSAGE_DEPTH)) throw new ProtocolError(`Frame nests deeper than ${MAX_MESSAGE_DEPTH} levels`, 'malformed')
   return parseWith(schema, value, 'Frame')
 }
 

@@ -12,6 +12,9 @@ export {
   openPeerStream, askOnStream, requestOnStream, askPeer, requestPeer, serveRequest, readRequest, DEFAULT_OPEN_TIMEOUT_MS
 } from './exchange.ts'
 export type { PeerStreams, OpenOptions, AnswerOptions, AskOptions, ServeOptions } from './exchange.ts'
+export {
+  MAX_JSON_DEPTH, MAX_MESSAGE_DEPTH, JsonValue, JsonObject, JsonText, jsonDepthExceeds, jsonTextDepthExceeds, jsonProblem, nestedTooDeep
+} from './json-depth.ts'
 export { backoffDelayMs } from './backoff.ts'
 export type { BackoffOptions } from './backoff.ts'
 export { batchesWithKeepAlives } from './keep-alive.ts'

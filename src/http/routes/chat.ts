@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod'
 import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, RoutedGeneration, RoutedRequest, SamplingRequest, ToolChoice } from '../../inference/index.ts'
 import { keyedRequester } from '../../inference/index.ts'
+import { jsonTextDepthExceeds, nestedTooDeep } from '../../wire/index.ts'
 import { collectAnswer, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
 import { ChatCompletion, ChatCompletionRequest, THOUGHT_TOKENS_BY_EFFORT, type ChatCompletionChunk, type CompletionRequest, type ToolCallOut, type Usage } from '../schemas/openai.ts'
@@ -130,12 +131,14 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
     const content = messageText(message.content, i)
     switch (message.role) {
       case 'function': throw new InvalidInputError(`messages[${i}]: role function (the legacy form of tool) is not supported: send role tool`, `messages.${i}.role`)
-      case 'tool': return { role: 'tool', content, toolCallID: message.tool_call_id ?? null }
+      case 'tool': return { role: 'tool', content: boundedJsonText(content, `messages.${i}.content`), toolCallID: message.tool_call_id ?? null }
       case 'assistant': return {
         role: 'assistant',
         content,
         reasoning: message.reasoning_content ?? message.reasoning ?? null,
-        toolCalls: message.tool_calls?.map((call) => ({ id: call.id, name: call.function.name, arguments: call.function.arguments })) ?? null
+        toolCalls: message.tool_calls?.map((call, c) => ({
+          id: call.id, name: call.function.name, arguments: boundedJsonText(call.function.arguments, `messages.${i}.tool_calls.${c}.function.arguments`)
+        })) ?? null
       }
       case 'developer': return { role: 'system', content }
       default: return { role: message.role, content }
@@ -162,6 +165,15 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
     parallelToolCalls: body.parallel_tool_calls ?? null,
     thoughtTokens: body.reasoning_effort == null ? null : THOUGHT_TOKENS_BY_EFFORT[body.reasoning_effort]
   }
+}
+
+/**
+ * A text the engine reads as JSON when it is JSON (a call's arguments, a tool's result), refused naming `param` when
+ * that JSON nests deeper than MAX_JSON_DEPTH; any other text is left to the engine.
+ */
+export function boundedJsonText (text: string, param: string): string {
+  if (jsonTextDepthExceeds(text)) throw new InvalidInputError(`${param}: JSON ${nestedTooDeep()}`, param)
+  return text
 }
 
 /** The sampling parameters chat and text completions share, in the engine's terms. */

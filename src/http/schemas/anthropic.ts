@@ -1,13 +1,14 @@
 import { z } from 'zod'
 import { MAX_CACHE_KEY_CHARS, MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_TOOLS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
+import { boundedJson, boundedMembers, ToolName } from './common.ts'
 
 // Anthropic's Messages API shapes, as Claude Code and the Anthropic SDK send them. Request fields without meaning
 // here (context_management, output_config, cache_control, service_tier, ...) are accepted and ignored, as unknown
 // keys are; content blocks are checked by the route, which names the block it cannot serve.
 
 const ModelName = z.string().min(1).max(512)
-/** A content block: its `type` decides the rest, which the route reads. */
-const Block = z.looseObject({ type: z.string().min(1).max(64) })
+/** A content block: its `type` decides the rest, which the route reads (a tool_use block's `input`: any JSON, bounded). */
+const Block = boundedMembers(z.looseObject({ type: z.string().min(1).max(64) }))
 const Content = z.union([z.string(), z.array(Block).max(4096)])
 
 const Message = z.looseObject({
@@ -19,9 +20,9 @@ const Message = z.looseObject({
 const Tool = z.looseObject({
   /** Absent or `custom` for a tool the client runs; Anthropic's server tools (web_search_…, bash_…) have their own. */
   type: z.string().max(64).nullish(),
-  name: z.string().min(1).max(MAX_TOOL_NAME_CHARS),
+  name: ToolName,
   description: z.string().max(MAX_TOOL_DESCRIPTION_CHARS).nullish(),
-  input_schema: z.record(z.string(), z.unknown()).nullish()
+  input_schema: boundedJson(z.record(z.string(), z.unknown())).nullish()
 })
 
 const ToolChoice = z.looseObject({

@@ -1,4 +1,6 @@
 import { z } from 'zod'
+import { MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
+import { jsonDepthExceeds, nestedTooDeep } from '../../wire/index.ts'
 
 export const ErrorEnvelope = z.object({
   error: z.object({
@@ -64,3 +66,31 @@ export const SNAKE_ALIASES = {
   model: 'modelID',
   invite_code: 'inviteCode'
 } as const
+
+/**
+ * A tool's name, in every dialect: 1 to MAX_TOOL_NAME_CHARS letters, digits, _ or -, as OpenAI's and Anthropic's APIs
+ * require (and the engine, of the tools it runs). The tools of kinds that cannot run here are named in a response
+ * header (`X-Meshnode-Ignored-Tools`), which only these characters keep a valid one.
+ */
+export const ToolName = z.string().regex(new RegExp(`^[a-zA-Z0-9_-]{1,${MAX_TOOL_NAME_CHARS}}$`), `must be 1 to ${MAX_TOOL_NAME_CHARS} letters, digits, _ or -`)
+
+/**
+ * A field that takes any JSON value (a tool's parameter schema, a call's input), refused naming the field when it nests
+ * deeper than MAX_JSON_DEPTH: everything after the schema (JSON.stringify, structuredClone, a peer's frame) would
+ * overflow the stack on it.
+ */
+export function boundedJson<T extends z.ZodType> (schema: T): T {
+  return schema.refine((value) => !jsonDepthExceeds(value), nestedTooDeep())
+}
+
+/**
+ * An object whose every member may be any JSON value (a loose object whose unknown keys are kept, or echoed back):
+ * each member nested at most MAX_JSON_DEPTH, the refusal naming the member.
+ */
+export function boundedMembers<T extends z.ZodType<object>> (schema: T): T {
+  return schema.superRefine((value, ctx) => {
+    for (const [key, member] of Object.entries(value)) {
+      if (jsonDepthExceeds(member)) ctx.addIssue({ code: 'custom', message: nestedTooDeep(), path: [key] })
+    }
+  })
+}

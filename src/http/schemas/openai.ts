@@ -1,6 +1,7 @@
 import { z } from 'zod'
 import { MAX_CACHE_KEY_CHARS, MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS } from '../../inference/index.ts'
 import { MAX_EMBEDDING_INPUTS, MAX_LOGIT_BIAS, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
+import { boundedJson } from './common.ts'
 
 // The OpenAI wire shapes we accept and answer: chat completions, text completions, embeddings, models, and
 // llama-server's tokenize/detokenize. Unknown request keys are ignored, as OpenAI does; known keys whose values we
@@ -41,7 +42,7 @@ const Tool = z.looseObject({
   function: z.looseObject({
     name: z.string().min(1).max(MAX_TOOL_NAME_CHARS),
     description: z.string().max(MAX_TOOL_DESCRIPTION_CHARS).nullish(),
-    parameters: z.record(z.string(), z.unknown()).nullish(),
+    parameters: boundedJson(z.record(z.string(), z.unknown())).nullish(),
     strict: z.boolean().nullish()
   }).optional()
 })
@@ -86,7 +87,7 @@ export const ChatCompletionRequest = z.looseObject({
     z.object({ type: z.literal('json_object') }),
     z.object({
       type: z.literal('json_schema'),
-      json_schema: z.looseObject({ name: z.string().optional(), schema: z.record(z.string(), z.unknown()), strict: z.boolean().nullish() })
+      json_schema: z.looseObject({ name: z.string().optional(), schema: boundedJson(z.record(z.string(), z.unknown())), strict: z.boolean().nullish() })
     })
   ]).nullish(),
   tools: z.array(Tool).max(MAX_TOOLS).nullish(),

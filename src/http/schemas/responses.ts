@@ -1,6 +1,7 @@
 import { z } from 'zod'
 import { PromptCacheKey, REASONING_EFFORTS } from './openai.ts'
 import { MAX_TOOL_CALL_ID_CHARS } from '../../inference/index.ts'
+import { boundedMembers, ToolName } from './common.ts'
 
 // OpenAI's Responses API shapes, as Codex, the OpenAI Agents SDK and `openai.responses.create` send them. Fields
 // without meaning here (include, user, truncation, service_tier, stream_options, safety_identifier, ...) are accepted
@@ -23,22 +24,23 @@ const InputItem = z.looseObject({
 })
 export type ResponsesInputItem = z.infer<typeof InputItem>
 
-const Tool = z.looseObject({
-  type: z.string().min(1).max(64).describe('function; tools of other kinds are left out of the prompt and named in X-Meshnode-Ignored-Tools'),
-  name: z.string().max(256).optional(),
+/** Every member bounded: a tool is echoed back whole, every kind. */
+const Tool = boundedMembers(z.looseObject({
+  type: ToolName.describe('function; tools of other kinds are left out of the prompt and named in X-Meshnode-Ignored-Tools'),
+  name: ToolName.optional(),
   description: z.string().nullish(),
   parameters: z.record(z.string(), z.unknown()).nullish(),
   strict: z.boolean().nullish()
-})
+}))
 
 const ToolChoice = z.union([
   z.enum(['none', 'auto', 'required']),
-  z.looseObject({
+  boundedMembers(z.looseObject({
     type: z.string().min(1).max(64).describe('function (with `name`), or allowed_tools (with `mode` and `tools`)'),
     name: z.string().max(256).optional(),
     mode: z.enum(['auto', 'required']).optional(),
     tools: z.array(z.looseObject({ type: z.string().max(64), name: z.string().max(256).optional() })).max(1024).optional()
-  })
+  }))
 ])
 
 const TextFormat = z.discriminatedUnion('type', [
@@ -53,7 +55,7 @@ const TextFormat = z.discriminatedUnion('type', [
   })
 ])
 const TextConfig = z.looseObject({
-  format: TextFormat.optional().describe('json_object and json_schema are enforced by a grammar'),
+  format: boundedMembers(TextFormat).optional().describe('json_object and json_schema are enforced by a grammar'),
   verbosity: z.enum(['low', 'medium', 'high']).nullish().describe('accepted; no effect')
 })
 const Reasoning = z.looseObject({

@@ -1,7 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import { z } from 'zod'
 import { NodeID, type NodeIdentity } from '../../identity/index.ts'
-import { ProtocolError, SignedEnvelope, openEnvelope, readRequest, requestOnStream, writeMessage, signEnvelope } from '../../wire/index.ts'
+import { JsonObject, ProtocolError, SignedEnvelope, openEnvelope, readRequest, requestOnStream, writeMessage, signEnvelope } from '../../wire/index.ts'
 
 // What a node offers its peers, signed by its node key. A peer fetches it once when it connects (`get`); after that
 // the node pushes it to its peers whenever it changes (`push`), with a version number one higher: nobody re-fetches a
@@ -56,8 +56,8 @@ export const CapabilityRecord = z.object({
   }),
   /** PTN membership certificates (`certData`), verified by whoever reads them. */
   ptnCertificates: z.array(z.string().min(1).max(8192)).max(MAX_ADVERTISED_CERTIFICATES),
-  /** The node's agent profile, if it has one; checked by the agent domain. */
-  agent: z.record(z.string(), z.json()).nullable(),
+  /** The node's agent profile, if it has one; checked by the agent domain. Any JSON, nested at most MAX_JSON_DEPTH. */
+  agent: JsonObject.nullable(),
   /** Models this node was asked for and could not serve, with how often (for demand-driven models). */
   demand: z.array(z.object({ modelID: ModelIDString, requests: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER) })).max(MAX_ADVERTISED_DEMAND),
   /** Unix ms when the node signed it. */

@@ -1,0 +1,168 @@
+// What a client could send to break the node instead of getting an answer, against a real node with the tiny GGUF:
+// tool names that cannot go in a response header, and JSON nested deep enough to overflow the stack of whatever walks
+// it next. Each is a 400 naming the field, streamed or not, before any generation starts, and the node keeps serving.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import type { ChatEvent, ChatRouter, RoutedGeneration } from '../../src/inference/index.ts'
+import { MAX_JSON_DEPTH } from '../../src/wire/index.ts'
+import { bareHttpApp } from '../support/bare-app.ts'
+import { collectSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+import type { Api, ApiResponse } from '../support/node.ts'
+
+const DEEP = 10_000
+/** JSON text of arrays nested `depth` levels, holding one number. */
+function nested (depth: number): string {
+  return '['.repeat(depth) + '1' + ']'.repeat(depth)
+}
+const PLACEHOLDER = '"__nested__"'
+
+/** Posts `body` with the placeholder string replaced by `json` (which JSON.stringify could not write itself). */
+async function postWith (api: Api, path: string, body: object, json = nested(DEEP)): Promise<ApiResponse> {
+  const text = JSON.stringify(body)
+  assert.ok(text.includes(PLACEHOLDER), 'the body holds the placeholder')
+  return await api.send('POST', path, text.replace(PLACEHOLDER, json), { 'content-type': 'application/json' })
+}
+
+function assertRefused (res: ApiResponse, param: string, dialect: 'openai' | 'anthropic', what: string): void {
+  assert.equal(res.status, 400, `${what}: ${JSON.stringify(res.body)}`)
+  assert.match(res.headers.get('content-type') ?? '', /application\/json/, what)
+  if (dialect === 'anthropic') {
+    assert.equal(res.body.type, 'error', what)
+    assert.equal(res.body.error.type, 'invalid_request_error', what)
+    assert.ok(res.body.error.message.includes(param), `${what}: ${res.body.error.message} names ${param}`)
+  } else {
+    assert.deepEqual(Object.keys(res.body), ['error'], what)
+    assert.equal(res.body.error.type, 'invalid_request_error', what)
+    assert.equal(res.body.error.param, param, `${what}: ${JSON.stringify(res.body)}`)
+  }
+}
+
+const deep = JSON.parse(PLACEHOLDER) as string
+const anthropic = { model: TINY_MODEL_ID, max_tokens: 4 }
+const toolTurn = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: [{ type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: 'Paris' } }] },
+  { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: '{"sunny":true}' }] }
+]
+const weather = { name: 'get_weather', description: 'The weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }
+const chat = { model: TINY_MODEL_ID, max_tokens: 4 }
+const chatTurn = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+  { role: 'tool', tool_call_id: 'call_1', content: '{"sunny":true}' }
+]
+const responses = { model: TINY_MODEL_ID, max_output_tokens: 4 }
+const responsesTurn = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+  { type: 'function_call_output', call_id: 'call_1', output: '{"sunny":true}' }
+]
+
+test('tool names that cannot be a header value: 400 naming the tool, streamed or not, on Messages and Responses; the node keeps serving', async (t) => {
+  const { api } = await startChatNode(t, {}, { contextLength: 4096 })
+  for (const name of ['a\nb', 'é…', 'web search', 'x'.repeat(65)]) {
+    for (const stream of [false, true]) {
+      const what = `${JSON.stringify(name)}, stream ${String(stream)}`
+      assertRefused(await api.post('/v1/messages', { ...anthropic, stream, messages: [{ role: 'user', content: 'Hi' }], tools: [{ type: 'web_search_20250305', name }] }), 'tools.0.name', 'anthropic', `messages ${what}`)
+      assertRefused(await api.post('/v1/messages', { ...anthropic, stream, messages: [{ role: 'user', content: 'Hi' }], tools: [weather, { name }] }), 'tools.1.name', 'anthropic', `messages client tool ${what}`)
+      assertRefused(await api.post('/v1/responses', { ...responses, stream, input: 'Hi', tools: [{ type: 'custom', name }] }), 'tools.0.name', 'openai', `responses ${what}`)
+      assertRefused(await api.post('/v1/responses', { ...responses, stream, input: 'Hi', tools: [{ type: name }] }), 'tools.0.type', 'openai', `responses type ${what}`)
+    }
+  }
+  assertRefused(await api.post('/v1/messages/count_tokens', { model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], tools: [{ type: 'bash_20250124', name: 'a\nb' }] }), 'tools.0.name', 'anthropic', 'count_tokens')
+
+  // Tools of kinds that cannot run here, with valid names, are still named in the header, streamed and not
+  const served = await api.post('/v1/messages', { ...anthropic, messages: [{ role: 'user', content: 'Hi' }], tools: [{ type: 'web_search_20250305', name: 'web_search' }] })
+  assert.equal(served.status, 200, JSON.stringify(served.body))
+  assert.equal(served.headers.get('x-meshnode-ignored-tools'), 'web_search')
+  const streamed = await fetch(`${api.url}/v1/responses`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...responses, stream: true, input: 'Hi', tools: [{ type: 'web_search' }, { type: 'custom', name: 'apply_patch' }] })
+  })
+  assert.equal(streamed.status, 200)
+  assert.equal(streamed.headers.get('x-meshnode-ignored-tools'), 'web_search, custom:apply_patch')
+  const { data } = await collectSse(streamed)
+  assert.match(JSON.parse(data.at(-1) as string).type, /^response\.(completed|incomplete)$/)
+})
+
+test(`JSON nested ${DEEP} levels in any field that takes JSON: 400 naming the field, streamed or not, in every dialect; the node keeps serving`, async (t) => {
+  const { api } = await startChatNode(t, {}, { contextLength: 4096 })
+  const cases: Array<[string, object, string, 'openai' | 'anthropic']> = [
+    // Anthropic Messages
+    ['/v1/messages', { ...anthropic, messages: [{ role: 'user', content: 'Hi' }], tools: [{ ...weather, input_schema: { type: 'object', properties: deep } }] }, 'tools.0.input_schema', 'anthropic'],
+    ['/v1/messages', { ...anthropic, messages: [toolTurn[0], { role: 'assistant', content: [{ type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: deep } }] }, toolTurn[2]], tools: [weather] }, 'messages.1.content.0.input', 'anthropic'],
+    ['/v1/messages', { ...anthropic, messages: [toolTurn[0], toolTurn[1], { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: nested(DEEP) }] }], tools: [weather] }, 'messages.2.content.0.content', 'anthropic'],
+    ['/v1/messages', { ...anthropic, messages: [toolTurn[0], toolTurn[1], { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: [{ type: 'text', text: nested(DEEP) }] }] }], tools: [weather] }, 'messages.2.content.0.content', 'anthropic'],
+    ['/v1/messages/count_tokens', { model: TINY_MODEL_ID, messages: [toolTurn[0], { role: 'assistant', content: [{ type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: deep } }] }, toolTurn[2]], tools: [weather] }, 'messages.1.content.0.input', 'anthropic'],
+    // OpenAI chat completions
+    ['/v1/chat/completions', { ...chat, messages: [chatTurn[0]], tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: deep } } }] }, 'tools.0.function.parameters', 'openai'],
+    ['/v1/chat/completions', { ...chat, messages: [chatTurn[0]], response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'object', properties: deep } } } }, 'response_format.json_schema.schema', 'openai'],
+    ['/v1/chat/completions', { ...chat, messages: [chatTurn[0], { ...chatTurn[1], tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: nested(DEEP) } }] }, chatTurn[2]] }, 'messages.1.tool_calls.0.function.arguments', 'openai'],
+    ['/v1/chat/completions', { ...chat, messages: [chatTurn[0], chatTurn[1], { ...chatTurn[2], content: nested(DEEP) }] }, 'messages.2.content', 'openai'],
+    // OpenAI Responses
+    ['/v1/responses', { ...responses, input: 'Hi', tools: [{ type: 'web_search', filters: deep }] }, 'tools.0.filters', 'openai'],
+    ['/v1/responses', { ...responses, input: 'Hi', tools: [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: deep } }] }, 'tools.0.parameters', 'openai'],
+    ['/v1/responses', { ...responses, input: 'Hi', text: { format: { type: 'json_schema', name: 'n', schema: { type: 'object', properties: deep } } } }, 'text.format.schema', 'openai'],
+    ['/v1/responses', { ...responses, input: 'Hi', tools: [{ type: 'function', name: 'get_weather' }], tool_choice: { type: 'allowed_tools', mode: 'auto', tools: [{ type: 'function', name: 'get_weather' }], extra: deep } }, 'tool_choice.extra', 'openai'],
+    ['/v1/responses', { ...responses, input: [responsesTurn[0], { ...responsesTurn[1], arguments: nested(DEEP) }, responsesTurn[2]] }, 'input.1.arguments', 'openai'],
+    ['/v1/responses', { ...responses, input: [responsesTurn[0], responsesTurn[1], { ...responsesTurn[2], output: nested(DEEP) }] }, 'input.2.output', 'openai'],
+    ['/v1/responses', { ...responses, input: [responsesTurn[0], responsesTurn[1], { ...responsesTurn[2], output: [{ type: 'input_text', text: nested(DEEP) }] }] }, 'input.2.output', 'openai']
+  ]
+  for (const [path, body, param, dialect] of cases) {
+    const streams = path.endsWith('count_tokens') ? [undefined] : [false, true]
+    for (const stream of streams) {
+      const sent = stream == null ? body : { ...body, stream }
+      const what = `${path} ${param}, stream ${String(stream)}`
+      if (JSON.stringify(sent).includes(PLACEHOLDER)) assertRefused(await postWith(api, path, sent), param, dialect, what)
+      else assertRefused(await api.post(path, sent), param, dialect, what)
+    }
+  }
+
+  // At the limit a value is taken: a tool of a kind that cannot run here is echoed back as sent
+  const atLimit = await postWith(api, '/v1/responses', { ...responses, input: 'Hi', tools: [{ type: 'web_search', filters: deep }] }, nested(MAX_JSON_DEPTH))
+  assert.equal(atLimit.status, 200, JSON.stringify(atLimit.body))
+  assert.equal(JSON.stringify(atLimit.body.tools[0].filters), nested(MAX_JSON_DEPTH))
+  assertRefused(await postWith(api, '/v1/responses', { ...responses, input: 'Hi', tools: [{ type: 'web_search', filters: deep }] }, nested(MAX_JSON_DEPTH + 1)), 'tools.0.filters', 'openai', 'one level over')
+  // Plain text that only looks deep is a tool's result as any other text
+  const text = await api.post('/v1/chat/completions', { ...chat, messages: [chatTurn[0], chatTurn[1], { ...chatTurn[2], content: `${'['.repeat(MAX_JSON_DEPTH + 10)} not JSON` }] })
+  assert.equal(text.status, 200, JSON.stringify(text.body))
+  // And the node answers as before
+  const ok = await api.post('/v1/chat/completions', { ...chat, messages: chatTurn, tools: [{ type: 'function', function: { name: 'get_weather', parameters: weather.input_schema } }] })
+  assert.equal(ok.status, 200, JSON.stringify(ok.body))
+})
+
+test('a stream whose headers cannot be written: the error envelope instead, and the generation is stopped', async (t) => {
+  // Unreachable from a request (names are checked first); a generation served by a peer named with a newline stands in
+  let stopped = 0
+  const generation = (): RoutedGeneration => {
+    const events: ChatEvent[] = [
+      { type: 'delta', text: 'hi' },
+      { type: 'done', finishReason: 'stop', usage: { promptTokens: 1, completionTokens: 1, totalTokens: 2, cachedTokens: 0 } }
+    ]
+    return {
+      servedBy: 'peer:bad\nname',
+      events: {
+        next: async () => { const value = events.shift(); return value == null ? { done: true, value: undefined } : { done: false, value } },
+        return: async () => { stopped++; return { done: true, value: undefined } }
+      }
+    }
+  }
+  const router: ChatRouter = { route: () => generation(), models: () => [] }
+  const app = await bareHttpApp(t, { router })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as { port: number }
+  for (const stream of [true, false]) {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', max_tokens: 2, stream, messages: [{ role: 'user', content: 'Hi' }] }),
+      signal: AbortSignal.timeout(30_000)
+    })
+    const body = await res.json() as { error: { type: string } }
+    assert.equal(res.status, 500, JSON.stringify(body))
+    assert.equal(body.error.type, 'internal_error')
+    assert.equal(res.headers.get('x-served-by'), null)
+  }
+  assert.equal(stopped, 1, 'the streamed generation was stopped; the other ran to its end')
+})
