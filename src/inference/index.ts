@@ -21,7 +21,7 @@ export { QueueFullError, NoModelLoadedError, ModelLoadError, ModelTooLargeError,
 export { getSharedLlama, defaultInferenceThreads } from './llama.ts'
 export { MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS, MAX_LOGIT_BIAS, MAX_LOGIT_BIAS_ENTRIES } from './sampling.ts'
 export { MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH } from './embeddings.ts'
-export { MAX_TOOLS, MAX_TOOL_NAME_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_CALL_ID_CHARS } from './tools.ts'
+export { MAX_TOOLS, MAX_TOOL_NAME_CHARS, TOOL_NAME, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_CALL_ID_CHARS } from './tools.ts'
 export {
   Accelerator, GpuSetupError, GPU_CHOICES, gpuBackendsInDir, gpuPackages, installedGpuBackends, installedGpuBytes, nodeLlamaCppVersion, planGpu, suggestedGpuBackend,
   uninstallGpuBackend

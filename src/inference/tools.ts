@@ -13,8 +13,11 @@ import { llamaModule } from './llama.ts'
 
 /** Longest tool name (OpenAI's limit). */
 export const MAX_TOOL_NAME_CHARS = 64
-/** OpenAI's rule for function names; it also keeps them plain text in every chat template. */
-const TOOL_NAME = new RegExp(`^[a-zA-Z0-9_-]{1,${MAX_TOOL_NAME_CHARS}}$`)
+/**
+ * What a tool's name may be, in every dialect (OpenAI's and Anthropic's rule): it also keeps names plain text in every
+ * chat template and valid in a response header.
+ */
+export const TOOL_NAME = new RegExp(`^[a-zA-Z0-9_-]{1,${MAX_TOOL_NAME_CHARS}}$`)
 export const MAX_TOOLS = 128
 /** Longest tool description. */
 export const MAX_TOOL_DESCRIPTION_CHARS = 64 * 1024

@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import { MAX_TOOL_NAME_CHARS } from '../../inference/index.ts'
+import { MAX_TOOL_NAME_CHARS, TOOL_NAME } from '../../inference/index.ts'
 import { jsonDepthExceeds, nestedTooDeep } from '../../wire/index.ts'
 
 export const ErrorEnvelope = z.object({
@@ -72,7 +72,7 @@ export const SNAKE_ALIASES = {
  * require (and the engine, of the tools it runs). The tools of kinds that cannot run here are named in a response
  * header (`X-Meshnode-Ignored-Tools`), which only these characters keep a valid one.
  */
-export const ToolName = z.string().regex(new RegExp(`^[a-zA-Z0-9_-]{1,${MAX_TOOL_NAME_CHARS}}$`), `must be 1 to ${MAX_TOOL_NAME_CHARS} letters, digits, _ or -`)
+export const ToolName = z.string().regex(TOOL_NAME, `must be 1 to ${MAX_TOOL_NAME_CHARS} letters, digits, _ or -`)
 
 /**
  * A field that takes any JSON value (a tool's parameter schema, a call's input), refused naming the field when it nests
