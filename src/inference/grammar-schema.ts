@@ -1,3 +1,4 @@
+import { createContext, Script } from 'node:vm'
 import type { GbnfJsonSchema } from 'node-llama-cpp'
 import { InvalidGenerationRequestError } from './errors.ts'
 
@@ -14,6 +15,17 @@ const MAX_SCHEMA_DEPTH = 32 // deep enough for real schemas; bounds our recursio
  * The most counts (maxLength, ...) are written as nested options, and any is taken.
  */
 export const MAX_SCHEMA_LEAST_COUNT = 1000
+/**
+ * llama.cpp's grammar parser writes a bounded repetition `{m,n}` out as about n rules, each kept in memory and built
+ * on the event loop when the grammar is made (measured: 1.3 ms and ~0.2 MB per thousand); it takes counts up to
+ * GRAMMAR_EXPANDED_COUNT so, and larger ones without expanding them. So the counts of one schema (minLength,
+ * maxLength, minItems, maxItems, minProperties, maxProperties, each up to GRAMMAR_EXPANDED_COUNT) may add up to at
+ * most MAX_SCHEMA_REPETITIONS: about 45 ms and 7 MB; a schema past it is refused, naming the count that crossed it.
+ */
+export const MAX_SCHEMA_REPETITIONS = 32_768
+const GRAMMAR_EXPANDED_COUNT = 2000
+/** What converting one schema carries along: the names its $refs may point at, and its counts so far. */
+interface Conversion { readonly defNames: ReadonlySet<string>, repetitions: number }
 const PRIMITIVE_TYPES = new Set(['string', 'number', 'integer', 'boolean', 'null'])
 const TYPES = new Set([...PRIMITIVE_TYPES, 'object', 'array'])
 /** Formats node-llama-cpp's grammar writes out. */
@@ -58,16 +70,16 @@ export function toGrammarSchema (schema: unknown, param: string): GbnfJsonSchema
   if (!isSchemaObject(schema)) throw invalid(param, 'must be a JSON Schema object')
   const defs = schema.$defs ?? schema.definitions
   if (defs !== undefined && !isSchemaObject(defs)) throw invalid(`${param}.$defs`, 'must be an object of schemas')
-  const defNames = new Set(Object.keys(defs ?? {}))
-  const root = convert({ ...schema, $defs: undefined, definitions: undefined }, param, 0, defNames)
+  const ctx: Conversion = { defNames: new Set(Object.keys(defs ?? {})), repetitions: 0 }
+  const root = convert({ ...schema, $defs: undefined, definitions: undefined }, param, 0, ctx)
   if (defs === undefined) return root
   const convertedDefs: Record<string, GbnfJsonSchema> = { }
-  for (const [name, def] of Object.entries(defs)) convertedDefs[name] = convert(def, `${param}.$defs.${name}`, 1, defNames)
+  for (const [name, def] of Object.entries(defs)) convertedDefs[name] = convert(def, `${param}.$defs.${name}`, 1, ctx)
   // $defs sits beside a oneOf or a typed schema; wrapping keeps it legal whatever the root's own shape is
   return { oneOf: [root], $defs: convertedDefs } as GbnfJsonSchema
 }
 
-function convert (schema: unknown, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
+function convert (schema: unknown, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
   if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
   if (schema === true) return ANY_VALUE
   if (!isSchemaObject(schema)) throw invalid(path, 'must be a JSON Schema object')
@@ -77,7 +89,7 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
   if (s.$ref !== undefined) {
     only(s, path, ['$ref'])
     const match = typeof s.$ref === 'string' ? /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(s.$ref) : null
-    if (match == null || !defNames.has(match[1])) throw invalid(`${path}.$ref`, 'must point at an entry of the root $defs')
+    if (match == null || !ctx.defNames.has(match[1])) throw invalid(`${path}.$ref`, 'must point at an entry of the root $defs')
     return { $ref: `#/$defs/${match[1]}` } as GbnfJsonSchema
   }
   if (s.const !== undefined) {
@@ -96,7 +108,7 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
   if (alternatives !== undefined) {
     only(s, path, [s.anyOf !== undefined ? 'anyOf' : 'oneOf'])
     if (!Array.isArray(alternatives) || alternatives.length === 0) throw invalid(path, 'anyOf/oneOf must be a non-empty array')
-    return { oneOf: alternatives.map((item, i) => convert(item, `${path}.oneOf[${i}]`, depth + 1, defNames)) }
+    return { oneOf: alternatives.map((item, i) => convert(item, `${path}.oneOf[${i}]`, depth + 1, ctx)) }
   }
 
   const type = s.type ?? impliedType(s)
@@ -109,13 +121,13 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
     if (Object.keys(s).length === 1 && type.every((t) => PRIMITIVE_TYPES.has(t))) return { type: type as Array<'string'> }
     // one alternative per type, each with the keywords that apply to it (minLength to the string, properties to the object)
     return {
-      oneOf: type.map((t: string) => convert({ type: t, ...pick(s, [...(KEYWORDS_BY_TYPE[t] ?? [])]) }, path, depth + 1, defNames))
+      oneOf: type.map((t: string) => convert({ type: t, ...pick(s, [...(KEYWORDS_BY_TYPE[t] ?? [])]) }, path, depth + 1, ctx))
     }
   }
   if (typeof type !== 'string' || !TYPES.has(type)) throw invalid(`${path}.type`, 'must be one of ' + [...TYPES].join(', '))
   only(s, path, ['type', ...(KEYWORDS_BY_TYPE[type] ?? [])])
-  if (type === 'object') return convertObject(s, path, depth, defNames)
-  if (type === 'array') return convertArray(s, path, depth, defNames)
+  if (type === 'object') return convertObject(s, path, depth, ctx)
+  if (type === 'array') return convertArray(s, path, depth, ctx)
   if (type === 'number' || type === 'integer') {
     for (const key of CHECKED_ON_OUTPUT[type]) {
       if (s[key] !== undefined && (typeof s[key] !== 'number' || !Number.isFinite(s[key]))) throw invalid(`${path}.${key}`, 'must be a number')
@@ -128,7 +140,7 @@ function convert (schema: unknown, path: string, depth: number, defNames: Readon
     return { type }
   }
   if (type === 'string') {
-    checkCount(s, path, ['minLength', 'maxLength'])
+    checkCount(s, path, ['minLength', 'maxLength'], ctx)
     if (s.pattern !== undefined) compilePattern(s.pattern, `${path}.pattern`)
     // `format`: the grammar writes out the ones it knows, the output is checked for a few common others, and any other
     // is refused: a format accepted and not held would be a promise broken
@@ -169,12 +181,18 @@ function numberGrid (s: SchemaObject, path: string): number[] | null {
   const high = typeof s.exclusiveMaximum === 'number' ? { value: s.exclusiveMaximum, open: true } : typeof s.maximum === 'number' ? { value: s.maximum, open: false } : null
   if (low == null || high == null || Math.abs(low.value) >= Number.MAX_SAFE_INTEGER || Math.abs(high.value) >= Number.MAX_SAFE_INTEGER) return null
   if (high.value < low.value || (high.value === low.value && (low.open || high.open))) throw invalid(path, `has no number between its bounds (${low.value} to ${high.value})`)
-  const exponent = Math.floor(Math.log10(Math.max(high.value - low.value, Number.MIN_VALUE) / 100))
+  if (high.value === low.value) return [low.value]
+  const exponent = Math.floor(Math.log10((high.value - low.value) / 100))
   const step = 10 ** exponent
   const decimals = Math.max(0, -exponent)
+  const start = Math.ceil(low.value / step - 1e-9)
+  // A step too fine for the bounds' magnitude (1e6 to 1e6 + 1e-8) cannot be counted in safe integers or written with
+  // toFixed: such a number is checked on the output instead
+  if (decimals > 100 || !Number.isSafeInteger(start) || !Number.isSafeInteger(start + GRID_STEPS_TRIED)) return null
   const round = (value: number): number => Number(value.toFixed(decimals))
   const values: number[] = []
-  for (let i = Math.ceil(low.value / step - 1e-9); values.length <= MAX_NUMBER_GRID; i++) {
+  // Bounded by the count, not by the values: a value rounded onto a bound is skipped, at most a few of them
+  for (let i = start; i <= start + GRID_STEPS_TRIED && values.length <= MAX_NUMBER_GRID; i++) {
     const value = round(i * step)
     if (value > high.value || (high.open && value >= high.value)) break
     if (value < low.value || (low.open && value <= low.value)) continue
@@ -183,15 +201,18 @@ function numberGrid (s: SchemaObject, path: string): number[] | null {
   return values.length > 0 && values.length <= MAX_NUMBER_GRID ? values : null
 }
 
-function convertObject (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
-  checkCount(s, path, ['minProperties', 'maxProperties'])
+/** Steps `numberGrid` tries: the most values it writes, and a few skipped where rounding lands on or outside a bound. */
+const GRID_STEPS_TRIED = MAX_NUMBER_GRID + 8
+
+function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
+  checkCount(s, path, ['minProperties', 'maxProperties'], ctx)
   if (s.properties !== undefined && !isSchemaObject(s.properties)) throw invalid(`${path}.properties`, 'must be an object of schemas')
   if (s.required !== undefined && !(Array.isArray(s.required) && s.required.every((r) => typeof r === 'string'))) {
     throw invalid(`${path}.required`, 'must be an array of property names')
   }
   const properties: Record<string, GbnfJsonSchema> = { }
   for (const [name, sub] of Object.entries(s.properties ?? {})) {
-    properties[name] = convert(sub, `${path}.properties.${name}`, depth + 1, defNames)
+    properties[name] = convert(sub, `${path}.properties.${name}`, depth + 1, ctx)
   }
   const extra = s.additionalProperties
   // JSON Schema allows any extra property by default; node-llama-cpp allows none. With no properties named,
@@ -199,7 +220,7 @@ function convertObject (s: SchemaObject, path: string, depth: number, defNames: 
   // yields only valid objects.
   const additionalProperties = extra === undefined
     ? s.properties === undefined
-    : typeof extra === 'boolean' ? extra : convert(extra, `${path}.additionalProperties`, depth + 1, defNames)
+    : typeof extra === 'boolean' ? extra : convert(extra, `${path}.additionalProperties`, depth + 1, ctx)
   return {
     type: 'object',
     ...(s.properties !== undefined ? { properties } : {}),
@@ -209,14 +230,14 @@ function convertObject (s: SchemaObject, path: string, depth: number, defNames: 
   } as GbnfJsonSchema
 }
 
-function convertArray (s: SchemaObject, path: string, depth: number, defNames: ReadonlySet<string>): GbnfJsonSchema {
-  checkCount(s, path, ['minItems', 'maxItems'])
+function convertArray (s: SchemaObject, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
+  checkCount(s, path, ['minItems', 'maxItems'], ctx)
   if (s.prefixItems !== undefined && !Array.isArray(s.prefixItems)) throw invalid(`${path}.prefixItems`, 'must be an array of schemas')
   return {
     type: 'array',
-    ...(s.items !== undefined ? { items: convert(s.items, `${path}.items`, depth + 1, defNames) } : {}),
+    ...(s.items !== undefined ? { items: convert(s.items, `${path}.items`, depth + 1, ctx) } : {}),
     ...(Array.isArray(s.prefixItems)
-      ? { prefixItems: s.prefixItems.map((item, i) => convert(item, `${path}.prefixItems[${i}]`, depth + 1, defNames)) }
+      ? { prefixItems: s.prefixItems.map((item, i) => convert(item, `${path}.prefixItems[${i}]`, depth + 1, ctx)) }
       : {}),
     ...pick(s, ['minItems', 'maxItems'])
   } as GbnfJsonSchema
@@ -235,7 +256,7 @@ function only (s: SchemaObject, path: string, allowed: readonly string[]): void 
   }
 }
 
-function checkCount (s: SchemaObject, path: string, keys: readonly string[]): void {
+function checkCount (s: SchemaObject, path: string, keys: readonly string[], ctx: Conversion): void {
   for (const key of keys) {
     const value = s[key]
     if (value !== undefined && !(Number.isSafeInteger(value) && (value as number) >= 0)) {
@@ -243,6 +264,10 @@ function checkCount (s: SchemaObject, path: string, keys: readonly string[]): vo
     }
     if (key.startsWith('min') && typeof value === 'number' && value > MAX_SCHEMA_LEAST_COUNT) {
       throw invalid(`${path}.${key}`, `is ${value}; constrained output can require at most ${MAX_SCHEMA_LEAST_COUNT}`)
+    }
+    if (typeof value === 'number' && value <= GRAMMAR_EXPANDED_COUNT) ctx.repetitions += value
+    if (ctx.repetitions > MAX_SCHEMA_REPETITIONS) {
+      throw invalid(`${path}.${key}`, `brings the schema's length and count bounds to more than ${MAX_SCHEMA_REPETITIONS} in all, more than constrained output can compile`)
     }
   }
 }
@@ -267,26 +292,54 @@ function invalid (path: string, problem: string): InvalidGenerationRequestError 
   return new InvalidGenerationRequestError(`${path} ${problem}`, path)
 }
 
+/** Most schema-and-value steps one answer's check may take (`outputViolation`): real schemas take a few hundred. */
+export const MAX_OUTPUT_CHECK_STEPS = 100_000
+/**
+ * Most time one answer's `pattern` checks may take in all, in ms. A caller's regular expression may backtrack for
+ * longer than the node can wait (`^(a|a)*$`, or `.*` ten times, on a long enough answer); each one runs under this
+ * deadline (node:vm's timeout, which stops a running match), on the event loop for no longer than this.
+ */
+export const MAX_PATTERN_CHECK_MS = 250
+
 /**
  * The first break of a keyword the grammar could not enforce (CHECKED_ON_OUTPUT) in `value`, generated under
  * `schema` (the caller's, before toGrammarSchema): a message naming where, or null. Everything else in the schema
- * the grammar enforced already.
+ * the grammar enforced already. An answer the check cannot finish within MAX_OUTPUT_CHECK_STEPS steps or
+ * MAX_PATTERN_CHECK_MS of pattern matching is a break too (named so): an answer is never passed on unchecked.
  */
 export function outputViolation (schema: unknown, value: unknown, at = ''): string | null {
-  return violation(schema, value, at === '' ? '(root)' : at, isSchemaObject(schema) ? (schema.$defs ?? schema.definitions) as SchemaObject | undefined : undefined, 0)
+  const root = at === '' ? '(root)' : at
+  const check: OutputCheck = { defs: isSchemaObject(schema) ? (schema.$defs ?? schema.definitions) as SchemaObject | undefined : undefined, steps: 0, patternMs: 0 }
+  try {
+    return violation(schema, value, root, check, 0)
+  } catch (err) {
+    if (err instanceof CheckTooLong) return `${root} could not be checked against the schema: ${err.message}`
+    throw err
+  }
 }
 
-function violation (schema: unknown, value: unknown, at: string, defs: SchemaObject | undefined, depth: number): string | null {
+interface OutputCheck { defs: SchemaObject | undefined, steps: number, patternMs: number }
+
+/** The check ran out of its steps or its pattern time. */
+class CheckTooLong extends Error {}
+
+function violation (schema: unknown, value: unknown, at: string, check: OutputCheck, depth: number): string | null {
   if (!isSchemaObject(schema) || depth > MAX_SCHEMA_DEPTH * 2) return null
+  if (++check.steps > MAX_OUTPUT_CHECK_STEPS) throw new CheckTooLong(`it takes more than ${MAX_OUTPUT_CHECK_STEPS} steps`)
   if (typeof schema.$ref === 'string') {
     const name = /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(schema.$ref)?.[1]
-    return name == null ? null : violation(defs?.[name], value, at, defs, depth + 1)
+    return name == null ? null : violation(check.defs?.[name], value, at, check, depth + 1)
   }
   const alternatives = schema.anyOf ?? schema.oneOf
   if (Array.isArray(alternatives)) {
     // The grammar let the value through one alternative of its type; the value breaks the schema only if every such one does
-    const found = alternatives.map((alternative) => violation(alternative, value, at, defs, depth + 1))
-    return found.includes(null) ? null : found[0] ?? null
+    let first: string | null = null
+    for (const alternative of alternatives) {
+      const found = violation(alternative, value, at, check, depth + 1)
+      if (found == null) return null
+      first ??= found
+    }
+    return first
   }
   // Within anyOf, an alternative of another type is not the one the value went through
   const types = typeof schema.type === 'string' ? [schema.type] : Array.isArray(schema.type) ? schema.type : null
@@ -300,7 +353,7 @@ function violation (schema: unknown, value: unknown, at: string, defs: SchemaObj
     return null
   }
   if (typeof value === 'string') {
-    if (typeof schema.pattern === 'string' && !compilePattern(schema.pattern, `${at}.pattern`).test(value)) return `${at} does not match the pattern ${schema.pattern}`
+    if (typeof schema.pattern === 'string' && !matches(compilePattern(schema.pattern, `${at}.pattern`), value, check)) return `${at} does not match the pattern ${schema.pattern}`
     const format = typeof schema.format === 'string' && Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, schema.format) ? FORMATS_CHECKED_ON_OUTPUT[schema.format] : null
     if (format != null && !format.test(value)) return `${at} is not a valid ${String(schema.format)}`
     return null
@@ -308,7 +361,7 @@ function violation (schema: unknown, value: unknown, at: string, defs: SchemaObj
   if (Array.isArray(value)) {
     const prefix = Array.isArray(schema.prefixItems) ? schema.prefixItems : []
     for (const [i, item] of value.entries()) {
-      const found = violation(i < prefix.length ? prefix[i] : schema.items, item, `${at}[${i}]`, defs, depth + 1)
+      const found = violation(i < prefix.length ? prefix[i] : schema.items, item, `${at}[${i}]`, check, depth + 1)
       if (found != null) return found
     }
     return null
@@ -316,11 +369,33 @@ function violation (schema: unknown, value: unknown, at: string, defs: SchemaObj
   if (typeof value === 'object' && value !== null) {
     const properties = isSchemaObject(schema.properties) ? schema.properties : {}
     for (const [key, item] of Object.entries(value)) {
-      const found = violation(Object.hasOwn(properties, key) ? properties[key] : schema.additionalProperties, item, `${at}.${key}`, defs, depth + 1)
+      const found = violation(Object.hasOwn(properties, key) ? properties[key] : schema.additionalProperties, item, `${at}.${key}`, check, depth + 1)
       if (found != null) return found
     }
   }
   return null
+}
+
+/** One context for every pattern check: the match runs in it so that its timeout can stop it. */
+const patternSandbox = createContext({ pattern: /$/, text: '' })
+const patternTest = new Script('pattern.test(text)')
+
+/** Whether `text` matches `pattern`, within what is left of the answer's MAX_PATTERN_CHECK_MS. */
+function matches (pattern: RegExp, text: string, check: OutputCheck): boolean {
+  const left = Math.floor(MAX_PATTERN_CHECK_MS - check.patternMs)
+  if (left < 1) throw new CheckTooLong(`its patterns take more than ${MAX_PATTERN_CHECK_MS} ms to match`)
+  patternSandbox.pattern = pattern
+  patternSandbox.text = text
+  const started = performance.now()
+  try {
+    return patternTest.runInContext(patternSandbox, { timeout: left }) === true
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') throw new CheckTooLong(`its patterns take more than ${MAX_PATTERN_CHECK_MS} ms to match`)
+    throw err
+  } finally {
+    check.patternMs += performance.now() - started
+    patternSandbox.text = ''
+  }
 }
 
 function jsonType (value: unknown): string {
@@ -336,7 +411,8 @@ const patterns = new Map<string, RegExp>()
 /** A schema's `pattern` as a JavaScript RegExp (ECMA-262, as JSON Schema defines it, with Unicode); refused when invalid. */
 function compilePattern (pattern: unknown, param: string): RegExp {
   if (typeof pattern !== 'string' || pattern.length > 1024) throw invalid(param, 'must be a regular expression of at most 1024 characters')
-  // A quantified group holding a quantifier can take exponential time on a long answer, on the event loop
+  // A quantified group holding a quantifier can take exponential time on a long answer: refused up front (every other
+  // pattern's match runs under MAX_PATTERN_CHECK_MS)
   if (/\([^)]*[+*}?][^)]*\)[+*{]/.test(pattern)) throw invalid(param, 'has a repeated group that itself repeats, which is not accepted (it can take exponential time)')
   let compiled = patterns.get(pattern)
   if (compiled == null) {

@@ -1,6 +1,6 @@
 // What a client could send to break the node instead of getting an answer, against a real node with the tiny GGUF:
-// tool names that cannot go in a response header, and JSON nested deep enough to overflow the stack of whatever walks
-// it next. Each is a 400 naming the field, streamed or not, before any generation starts, and the node keeps serving.
+// tool names that cannot go in a response header, JSON nested deep enough to overflow the stack of whatever walks
+// it next, and JSON Schemas whose grammar or output check would run without end on the event loop. Each is a 400 naming the field, streamed or not, before any generation starts, and the node keeps serving.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type { ChatEvent, ChatRouter, RoutedGeneration } from '../../src/inference/index.ts'
@@ -165,4 +165,44 @@ test('a stream whose headers cannot be written: the error envelope instead, and 
     assert.equal(res.headers.get('x-served-by'), null)
   }
   assert.equal(stopped, 1, 'the streamed generation was stopped; the other ran to its end')
+})
+
+test('JSON Schemas whose grammar or output check would not end: answered or refused, and the node keeps serving', async (t) => {
+  const { api } = await startChatNode(t, {}, { contextLength: 4096 })
+  const chat = (schema: object, extra: object = {}): Promise<ApiResponse> => api.post('/v1/chat/completions', {
+    model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'Answer in JSON.' }], max_tokens: 32, temperature: 0, ...extra,
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema } }
+  })
+  // Bounds too close for their magnitude once looped forever before the request was queued
+  const close = await chat({ type: 'object', properties: { v: { type: 'number', exclusiveMinimum: 1_000_000, maximum: 1_000_000.00000001 } }, required: ['v'] })
+  // The grammar cannot hold such bounds, so the answer is checked: it holds to them, or is refused as breaking its schema
+  assert.ok([200, 503].includes(close.status), JSON.stringify(close.body))
+  if (close.status === 503) assert.match(close.body.error.message, /breaks its schema: answer\.v is/)
+  const equal = await chat({ type: 'object', properties: { v: { type: 'number', minimum: 1, maximum: 1 } }, required: ['v'] })
+  assert.equal(equal.status, 200, JSON.stringify(equal.body))
+  assert.equal(JSON.parse(equal.body.choices[0].message.content).v, 1)
+  // A pattern that backtracks without end on the answer, streamed and not: the answer ends, as an answer or an error
+  const slow = { type: 'object', properties: { text: { type: 'string', pattern: '^' + '.*'.repeat(12) + '!$' } }, required: ['text'] }
+  const answered = await chat(slow, { max_tokens: 64 })
+  assert.ok([200, 503].includes(answered.status), JSON.stringify(answered.body))
+  if (answered.status === 503) assert.match(answered.body.error.message, /breaks its schema/)
+  const streamed = await fetch(`${api.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'Answer in JSON.' }], max_tokens: 64, stream: true, response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: slow } } })
+  })
+  assert.equal(streamed.status, 200)
+  const { data } = await collectSse(streamed)
+  assert.equal(data.at(-1), '[DONE]')
+  // Bounds whose grammar llama.cpp would spend seconds and hundreds of MB writing out: refused by name
+  const properties = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 2000 - i }]))
+  const big = await chat({ type: 'object', properties })
+  assert.equal(big.status, 400, JSON.stringify(big.body))
+  assert.match(big.body.error.param, /^response_format\.json_schema\.schema\.properties\.p\d+\.maxLength$/)
+  const tools = await api.post('/v1/chat/completions', {
+    model: TINY_MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8,
+    tools: [{ type: 'function', function: { name: 'fill', parameters: { type: 'object', properties } } }]
+  })
+  assert.equal(tools.status, 400, JSON.stringify(tools.body))
+  assert.equal((await api.get('/health')).status, 200)
 })

@@ -1,7 +1,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { InvalidGenerationRequestError } from '../../src/inference/index.ts'
-import { outputViolation, toGrammarSchema } from '../../src/inference/grammar-schema.ts'
+import { MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_SCHEMA_REPETITIONS, outputViolation, toGrammarSchema } from '../../src/inference/grammar-schema.ts'
 
 const ANY = {
   oneOf: [{ type: ['string', 'number', 'boolean', 'null'] }, { type: 'object', additionalProperties: true }, { type: 'array' }]
@@ -108,4 +108,59 @@ await test('a number between two bounds is written out on a grid of at least 100
   assert.deepEqual([wide.enum[0], wide.enum[1], wide.enum.at(-1), wide.enum.length], [-50, -49, 150, 201])
   assert.deepEqual(toGrammarSchema({ type: 'number', minimum: 0 }, 'schema'), { type: 'number' })
   assert.throws(() => toGrammarSchema({ type: 'number', minimum: 1, exclusiveMaximum: 1 }, 'schema'), InvalidGenerationRequestError)
+})
+
+await test('bounds too close for their magnitude, or equal, end at once: checked on the output, or the one value', () => {
+  // A step finer than the bounds' magnitude can count: the grid is given up for the output check, never looped on
+  for (const schema of [
+    { type: 'number', exclusiveMinimum: 1_000_000, maximum: 1_000_000.00000001 },
+    { type: 'number', exclusiveMinimum: 1e15, maximum: 1e15 + 0.5 },
+    { type: 'number', minimum: 0, maximum: 1e-200 }
+  ]) {
+    assert.deepEqual(toGrammarSchema(schema, 'schema'), { type: 'number' }, JSON.stringify(schema))
+  }
+  assert.match(outputViolation({ type: 'number', exclusiveMinimum: 1_000_000, maximum: 1_000_000.00000001 }, 1_000_000, 'answer') ?? '', /not above 1000000/)
+  assert.deepEqual(toGrammarSchema({ type: 'number', minimum: 1, maximum: 1 }, 'schema'), { enum: [1] })
+  assert.deepEqual(toGrammarSchema({ type: 'number', minimum: 0.5, maximum: 0.5 }, 'schema'), { enum: [0.5] })
+})
+
+await test('an answer whose check would fan out without end stops at the step bound and is refused, naming why', () => {
+  // Each level offers four ways to the next and the last breaks its bound: 4^30 paths, had every one been walked
+  const levels = 30
+  const $defs: Record<string, unknown> = {}
+  for (let i = 0; i < levels; i++) $defs[`d${i}`] = { anyOf: Array.from({ length: 4 }, () => ({ $ref: `#/$defs/d${i + 1}` })) }
+  $defs[`d${levels}`] = { type: 'integer', maximum: 0 }
+  const schema = { $ref: '#/$defs/d0', $defs }
+  assert.doesNotThrow(() => toGrammarSchema(schema, 'schema'))
+  assert.match(outputViolation(schema, 5, 'answer') ?? '', new RegExp(`answer could not be checked against the schema: it takes more than ${MAX_OUTPUT_CHECK_STEPS} steps`))
+  // A matching value goes through the first way at every level
+  assert.equal(outputViolation(schema, 0, 'answer'), null)
+})
+
+await test('a pattern that backtracks without end is stopped by the time bound; the answer is refused, naming why', () => {
+  for (const pattern of ['^' + '.*'.repeat(10) + '!$', '^(a|a)*$']) {
+    const schema = { type: 'object', properties: { text: { type: 'string', pattern } } }
+    assert.doesNotThrow(() => toGrammarSchema(schema, 'schema'), pattern)
+    const answer = { text: 'a'.repeat(40) + 'b, and some more words so that the match has a long way to go' }
+    assert.match(outputViolation(schema, answer, 'answer') ?? '', new RegExp(`could not be checked against the schema: its patterns take more than ${MAX_PATTERN_CHECK_MS} ms`), pattern)
+  }
+  // The bound is the answer's, not each string's: many strings cannot add up to more
+  const many = { type: 'array', items: { type: 'string', pattern: '^(a|a)*$' } }
+  assert.match(outputViolation(many, Array.from({ length: 50 }, () => 'a'.repeat(40) + 'b'), 'answer') ?? '', /its patterns take more than/)
+  // Plain patterns still decide
+  const plain = { type: 'string', pattern: '^[a-z]+$' }
+  assert.equal(outputViolation(plain, 'abc'), null)
+  assert.match(outputViolation(plain, 'ABC', 'answer') ?? '', /answer does not match the pattern/)
+})
+
+await test('length and count bounds that add up past the grammar budget are refused, naming the one that crossed it', () => {
+  // Distinct bounds, each written out as its own rules by llama.cpp: past the budget, refused before any grammar is made
+  const properties = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 2000 - i }]))
+  const crossed = Math.ceil(MAX_SCHEMA_REPETITIONS / 2000)
+  assert.throws(() => toGrammarSchema({ type: 'object', properties }, 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && /^schema\.properties\.p\d+\.maxLength$/.test(err.param ?? '') && /more than 32768 in all/.test(err.message) &&
+    Number(/p(\d+)/.exec(err.param ?? '')?.[1]) <= crossed)
+  // Real schemas are far inside it, and counts too large to be written out cost nothing
+  assert.doesNotThrow(() => toGrammarSchema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 1000 }])) }, 'schema'))
+  assert.doesNotThrow(() => toGrammarSchema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 100_000 + i }])) }, 'schema'))
 })
