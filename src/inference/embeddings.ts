@@ -68,14 +68,15 @@ export class Embedder {
     const turn = await this.#turn.acquire({ signal })
     try {
       const context = await this.#open()
-      // The exact count, with the tokens the model adds around an input: each now fits, so this is quick.
-      const lengths = input.map((text) => context.calculateInputLength(text))
+      let promptTokens = 0
       for (const [index, text] of input.entries()) {
         signal?.throwIfAborted()
+        // The exact count, with the tokens the model adds around an input; one input at a time, as each is embedded,
+        // so the event loop turns between them
+        promptTokens += context.calculateInputLength(text)
         const { vector } = await context.getEmbeddingFor(text)
         yield { type: 'embedding', index, vector: unitLength(vector) }
       }
-      const promptTokens = lengths.reduce((sum, n) => sum + n, 0)
       yield { type: 'done', finishReason: 'stop', usage: { promptTokens, completionTokens: 0, totalTokens: promptTokens, cachedTokens: 0 } }
     } finally {
       this.#turn.release(turn)
