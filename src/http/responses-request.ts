@@ -133,7 +133,7 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
       case 'function_call_output': {
         const output = 'output' in item ? item.output : undefined
         if (output == null) throw new InvalidInputError(`${at}.output must be a string or input_text parts`, `${at}.output`)
-        messages.push({ role: 'tool', content: boundedJsonText(textOf(output, `${at}.output`), `${at}.output`), toolCallID: stringField(item, 'call_id', at) })
+        messages.push({ role: 'tool', content: textOf(output, `${at}.output`), toolCallID: stringField(item, 'call_id', at) })
         origins.push(at)
         return
       }

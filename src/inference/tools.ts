@@ -4,6 +4,7 @@ import type { ChatEvent, ChatMessage, ChatRequest, ToolCall, ToolChoice, ToolDef
 import { InvalidGenerationRequestError } from './errors.ts'
 import { toGrammarSchema } from './grammar-schema.ts'
 import { llamaModule } from './llama.ts'
+import { jsonTextDepthExceeds } from '../wire/index.ts'
 
 // Function calling through node-llama-cpp's chat wrappers: the model sees the tools and writes its calls in its own
 // format (the GGUF's chat template, or the wrapper node-llama-cpp matched to it), and node-llama-cpp constrains each
@@ -157,8 +158,12 @@ function parseArguments (text: unknown, param: string): unknown {
   }
 }
 
-/** A tool's result as the template shows it: JSON stays structured, anything else is a string. */
+/**
+ * A tool's result as the template shows it: JSON stays structured, anything else is a string, and so is JSON nested
+ * deeper than MAX_JSON_DEPTH (an AST from a tool), which the wrapper's recursive walk could not render.
+ */
 function toolResult (content: string): unknown {
+  if (jsonTextDepthExceeds(content)) return content
   try {
     return JSON.parse(content)
   } catch {

@@ -3,12 +3,13 @@ import {
   MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH, MAX_LOGIT_BIAS, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS,
   MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS, type InferenceRequest
 } from '../inference/index.ts'
-import { JsonObject, JsonText, ProtocolError, jsonTextDepthExceeds, nestedTooDeep } from '../wire/index.ts'
+import { JsonObject, JsonText, ProtocolError } from '../wire/index.ts'
 import { ModelIDString } from '../network/index.ts'
 
 // The infer protocol's messages. Every limit is the inference domain's own (src/inference): a peer's request that
 // breaks one is refused by the schema before any work, exactly as the HTTP API refuses it. So is the wire's bound on
-// free JSON (MAX_JSON_DEPTH): in parameter and output schemas, in a call's arguments and in a tool's result.
+// free JSON (MAX_JSON_DEPTH): in parameter and output schemas and in a call's arguments (a tool's result
+// nested deeper is read as plain text by the engine, as on the HTTP API).
 
 /**
  * Chats, tools, logit_bias, text completions and embeddings. A requester opens it for every request that needs
@@ -32,7 +33,7 @@ const MAX_MESSAGES = 4096
 const ToolCall = z.object({ id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS), name: z.string().min(1).max(MAX_TOOL_NAME_CHARS), arguments: JsonText })
 const Message = z.object({
   role: z.enum(['system', 'user', 'assistant', 'tool']),
-  /** A tool's result is read as JSON when it is JSON, so it is bounded as JSON; any other text is plain text. */
+  /** A tool's result is read as JSON when it is JSON nested at most MAX_JSON_DEPTH levels, else as plain text. */
   content: z.string(),
   /** Assistant messages: the calls the model made. Added in 1.1.0. */
   toolCalls: z.array(ToolCall).max(MAX_TOOLS).nullish(),
@@ -40,7 +41,7 @@ const Message = z.object({
   toolCallID: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).nullish(),
   /** Assistant messages: the thought before the answer. Added in 1.2.0. */
   reasoning: z.string().nullish()
-}).refine((message) => message.role !== 'tool' || !jsonTextDepthExceeds(message.content), { message: `JSON ${nestedTooDeep()}`, path: ['content'] })
+})
 const ResponseFormat = z.discriminatedUnion('type', [
   z.object({ type: z.literal('text') }),
   z.object({ type: z.literal('json_object') }),

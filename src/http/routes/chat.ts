@@ -131,7 +131,7 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
     const content = messageText(message.content, i)
     switch (message.role) {
       case 'function': throw new InvalidInputError(`messages[${i}]: role function (the legacy form of tool) is not supported: send role tool`, `messages.${i}.role`)
-      case 'tool': return { role: 'tool', content: boundedJsonText(content, `messages.${i}.content`), toolCallID: message.tool_call_id ?? null }
+      case 'tool': return { role: 'tool', content, toolCallID: message.tool_call_id ?? null }
       case 'assistant': return {
         role: 'assistant',
         content,
@@ -168,8 +168,9 @@ export function toChatRequest (body: ChatCompletionRequest): RoutedRequest & { k
 }
 
 /**
- * A text the engine reads as JSON when it is JSON (a call's arguments, a tool's result), refused naming `param` when
- * that JSON nests deeper than MAX_JSON_DEPTH; any other text is left to the engine.
+ * A call's arguments sent back in a conversation, which the engine reads as JSON: refused naming `param` when that
+ * JSON nests deeper than MAX_JSON_DEPTH (no model's call nests so; a tool's result may, and is read as plain text
+ * then); any other text is left to the engine.
  */
 export function boundedJsonText (text: string, param: string): string {
   if (jsonTextDepthExceeds(text)) throw new InvalidInputError(`${param}: JSON ${nestedTooDeep()}`, param)
