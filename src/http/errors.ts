@@ -7,7 +7,6 @@ import {
   PermissionError, TooLargeError, UnavailableError
 } from '../errors.ts'
 import { InvalidGenerationRequestError } from '../inference/index.ts'
-import { MAX_JSON_DEPTH } from '../wire/index.ts'
 
 /** The one error body every failure answers with. */
 export interface ErrorEnvelope {
@@ -54,9 +53,6 @@ export function classify (err: unknown, requestID: string): Classified {
   if (err instanceof UnavailableError) return plain(503, 'service_unavailable', err.message)
   if (err instanceof InsufficientStorageError) return plain(507, 'insufficient_storage', err.message)
   if (err instanceof MethodNotAllowedError) return plain(405, 'method_not_allowed', err.message)
-  if (isStackOverflow(err)) {
-    return plain(400, 'invalid_request_error', `The request nests values too deeply to be processed (at most ${MAX_JSON_DEPTH} levels of arrays and objects)`)
-  }
   return fromFastifyError(err) ?? plain(500, 'internal_error', `internal error (request ${requestID})`)
 }
 
@@ -68,14 +64,6 @@ export class MethodNotAllowedError extends Error {
     super(`Method ${method} is not allowed on ${path}; use ${allow.join(', ')}`)
     this.allow = allow
   }
-}
-
-/**
- * A recursive walk ran out of stack: on a request, a value nested deeper than the edge's checks let through (they
- * refuse such values by name first), so the request's doing and a 400, never a 500; logged at warn with its stack.
- */
-function isStackOverflow (err: unknown): boolean {
-  return err instanceof RangeError && err.message.includes('Maximum call stack size exceeded')
 }
 
 /** The client went away before its request was read: nobody will see an answer, and it is not our failure. */
@@ -144,8 +132,6 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
   const classified = classify(err, requestID)
   if (classified.status >= 500 && classified.type === 'internal_error') {
     log.error({ err, requestID }, 'request failed unexpectedly')
-  } else if (isStackOverflow(err)) {
-    log.warn({ err, requestID }, 'a request nested too deeply for a check to catch overflowed the stack')
   } else if (classified.status === 499) {
     // The info line of a client leaving is app.ts's, written for every route (and counted) when the socket closes
     log.debug({ requestID, outcome: classified.type }, 'the client closed the request before the answer was complete')

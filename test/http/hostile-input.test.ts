@@ -230,3 +230,22 @@ test('JSON Schemas whose grammar or output check would not end: answered or refu
   assert.equal(tools.status, 400, JSON.stringify(tools.body))
   assert.equal((await api.get('/health')).status, 200)
 })
+
+test('a stack overflow in the node\'s own code is its fault: a 500, never a 400 blaming the request', async (t) => {
+  // Every value a client sends is bounded where it enters (above); a RangeError past that is a bug of ours
+  const overflow = (): never => { const recurse = (n: number): number => recurse(n + 1) + 1; recurse(0); throw new Error('unreachable') }
+  const router: ChatRouter = { route: overflow, models: () => [] }
+  const app = await bareHttpApp(t, { router })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as { port: number }
+  const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'Hi' }] }),
+    signal: AbortSignal.timeout(30_000)
+  })
+  const body = await res.json() as { error: { type: string, message: string } }
+  assert.equal(res.status, 500, JSON.stringify(body))
+  assert.equal(body.error.type, 'internal_error')
+  assert.doesNotMatch(body.error.message, /call stack/, 'the stack is the log\'s, not the client\'s')
+})
