@@ -1,7 +1,7 @@
 import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, GbnfJsonSchema, Llama, LlamaGrammar } from 'node-llama-cpp'
 import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
 import { InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
-import { outputViolation, toGrammarSchema } from './grammar-schema.ts'
+import { toOutputSchema, type OutputSchema } from './grammar-schema.ts'
 import { llamaModule } from './llama.ts'
 import { SamplingError } from './patches/node-llama-cpp.ts'
 import { planSampling } from './sampling.ts'
@@ -23,8 +23,7 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
       `The messages${tools == null ? '' : ' and tools'} take ${promptTokens} tokens; model ${parts.modelID} has room for ${parts.contextLength - 2} per request`, 'messages')
   }
   const { maxTokens, sampling } = await planSampling(request, parts.model, room)
-  const grammar = tools == null ? await grammarFor(parts.llama, request.responseFormat) : undefined
-  const schema = grammar != null && request.responseFormat?.type === 'json_schema' ? request.responseFormat.schema : null
+  const { grammar, schema } = tools == null ? await grammarFor(parts.llama, request.responseFormat) : { grammar: undefined, schema: null }
   const thoughtTokens = optionalThoughtTokens(request.thoughtTokens)
   const { LlamaChat } = await llamaModule()
   // Plain text in a template without segments or prefix triggers: our own token loop runs it (token-loop.ts)
@@ -63,8 +62,7 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
                 maxParallelFunctionCalls: tools.maxParallelFunctionCalls,
                 onFunctionCallParamsChunk: (chunk) => { calls.paramsChunk(chunk) },
                 onFunctionCall: (call) => {
-                  const tool = request.tools?.find((t) => t.name === call.functionName)
-                  const broken = outputViolation(tool?.parameters, call.params, 'arguments')
+                  const broken = tools.parameters.get(call.functionName)?.violation(call.params, 'arguments')
                   if (broken != null) throw new OutputConstraintError(`call of ${call.functionName}`, broken)
                   calls.called(call.functionName)
                 }
@@ -72,7 +70,7 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
         }))
         // A whole answer under response_format's schema is checked for what its grammar could not enforce
         if (schema != null && result.metadata.stopReason !== 'maxTokens' && result.metadata.stopReason !== 'abort') {
-          const broken = outputViolation(schema, parsedOrUndefined(answer), 'answer')
+          const broken = schema.violation(parsedOrUndefined(answer), 'answer')
           if (broken != null) throw new OutputConstraintError('answer', broken)
         }
         const trigger = result.metadata.stopReason === 'customStopTrigger' ? result.metadata.customStopTrigger : undefined
@@ -120,13 +118,14 @@ function withModelTurn (history: ChatHistoryItem[]): ChatHistoryItem[] {
   return history.at(-1)?.type === 'model' ? history : [...history, { type: 'model', response: [] }]
 }
 
-async function grammarFor (llama: Llama, format: ResponseFormat | null | undefined): Promise<LlamaGrammar | undefined> {
-  if (format == null || format.type === 'text') return undefined
-  if (format.type === 'json_object') return await llama.getGrammarFor('json')
+/** response_format's grammar, and for a JSON Schema the check of what its grammar does not enforce. */
+async function grammarFor (llama: Llama, format: ResponseFormat | null | undefined): Promise<{ grammar: LlamaGrammar | undefined, schema: OutputSchema | null }> {
+  if (format == null || format.type === 'text') return { grammar: undefined, schema: null }
+  if (format.type === 'json_object') return { grammar: await llama.getGrammarFor('json'), schema: null }
   if (format.type === 'json_schema') {
-    const schema = toGrammarSchema(format.schema, 'responseFormat.json_schema.schema')
+    const schema = toOutputSchema(format.schema, 'responseFormat.json_schema.schema')
     try {
-      return await llama.createGrammarForJsonSchema<GbnfJsonSchema>(schema)
+      return { grammar: await llama.createGrammarForJsonSchema<GbnfJsonSchema>(schema.grammar), schema }
     } catch (err) {
       // What toGrammarSchema let through and llama.cpp's grammar parser still refuses is the caller's schema too
       throw new InvalidGenerationRequestError(`response_format's schema cannot be compiled into a grammar (${err instanceof Error ? err.message : String(err)})`, 'responseFormat.json_schema.schema')

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { ChatHistoryItem, ChatModelFunctionCall, ChatModelFunctions, ChatWrapper, GbnfJsonSchema, LlamaText } from 'node-llama-cpp'
 import type { ChatEvent, ChatMessage, ChatRequest, ToolCall, ToolChoice, ToolDefinition } from './chat.ts'
 import { InvalidGenerationRequestError } from './errors.ts'
-import { toGrammarSchema } from './grammar-schema.ts'
+import { toOutputSchema, type OutputSchema } from './grammar-schema.ts'
 import { llamaModule } from './llama.ts'
 import { jsonTextDepthExceeds } from '../wire/index.ts'
 
@@ -27,6 +27,8 @@ export const MAX_TOOL_CALL_ID_CHARS = 256
 
 export interface ToolPlan {
   functions: ChatModelFunctions
+  /** Each tool's parameters, by name: what a call's arguments are checked against beyond their grammar. */
+  parameters: ReadonlyMap<string, OutputSchema>
   /** The model's own wrapper, or one that makes the answer start with a call (tool_choice required or named). */
   chatWrapper: ChatWrapper
   /** 1 when parallel_tool_calls is false. */
@@ -40,7 +42,7 @@ export async function planTools (request: ChatRequest, chatWrapper: ChatWrapper)
   const choice: ToolChoice = request.toolChoice ?? (tools.length > 0 ? 'auto' : 'none')
   if (choice === 'none') return null
   if (tools.length === 0) throw new InvalidGenerationRequestError('tool_choice needs tools to choose from', 'tool_choice')
-  const functions = toFunctions(tools)
+  const { functions, parameters } = toFunctions(tools)
   let allowed = functions
   if (typeof choice === 'object') {
     const named = typeof choice.name === 'string' ? functions[choice.name] : undefined
@@ -51,25 +53,29 @@ export async function planTools (request: ChatRequest, chatWrapper: ChatWrapper)
   }
   return {
     functions: allowed,
+    parameters,
     chatWrapper: choice === 'auto' ? chatWrapper : callingWrapper(chatWrapper, (await llamaModule()).LlamaText),
     maxParallelFunctionCalls: request.parallelToolCalls === false ? 1 : undefined
   }
 }
 
-function toFunctions (tools: readonly ToolDefinition[]): ChatModelFunctions {
+function toFunctions (tools: readonly ToolDefinition[]): { functions: ChatModelFunctions, parameters: Map<string, OutputSchema> } {
   const functions: Record<string, { description?: string, params?: GbnfJsonSchema }> = {}
+  const parameters = new Map<string, OutputSchema>()
   tools.forEach((tool, i) => {
     if (typeof tool?.name !== 'string' || !TOOL_NAME.test(tool.name)) {
       throw new InvalidGenerationRequestError(`a tool name must be 1 to ${MAX_TOOL_NAME_CHARS} letters, digits, _ or -`, `tools.${i}.function.name`)
     }
     if (Object.hasOwn(functions, tool.name)) throw new InvalidGenerationRequestError(`two tools are named ${tool.name}`, `tools.${i}.function.name`)
+    // The same translation as response_format: a constraint the grammar cannot enforce is refused, naming it.
+    const params = tool.parameters == null ? null : toOutputSchema(tool.parameters, `tools.${i}.function.parameters`)
+    if (params != null) parameters.set(tool.name, params)
     functions[tool.name] = {
       ...(tool.description == null ? {} : { description: tool.description }),
-      // The same translation as response_format: a constraint the grammar cannot enforce is refused, naming it.
-      ...(tool.parameters == null ? {} : { params: toGrammarSchema(tool.parameters, `tools.${i}.function.parameters`) })
+      ...(params == null ? {} : { params: params.grammar })
     }
   })
-  return functions
+  return { functions, parameters }
 }
 
 /**

@@ -1,7 +1,19 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { InvalidGenerationRequestError } from '../../src/inference/index.ts'
-import { MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_SCHEMA_REPETITIONS, outputViolation, toGrammarSchema } from '../../src/inference/grammar-schema.ts'
+import type { GbnfJsonSchema } from 'node-llama-cpp'
+import { getSharedLlama } from '../../src/inference/llama.ts'
+import { MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_SCHEMA_REPETITIONS, MAX_START_ALTERNATIVES, toOutputSchema } from '../../src/inference/grammar-schema.ts'
+
+/** The grammar made of `schema`. */
+function toGrammarSchema (schema: unknown, param: string): GbnfJsonSchema {
+  return toOutputSchema(schema, param).grammar
+}
+
+/** The check of `value` against what the grammar of `schema` does not enforce. */
+function outputViolation (schema: unknown, value: unknown, at?: string): string | null {
+  return toOutputSchema(schema, 'schema').violation(value, at)
+}
 
 const ANY = {
   oneOf: [{ type: ['string', 'number', 'boolean', 'null'] }, { type: 'object', additionalProperties: true }, { type: 'array' }]
@@ -153,14 +165,89 @@ await test('a pattern that backtracks without end is stopped by the time bound; 
   assert.match(outputViolation(plain, 'ABC', 'answer') ?? '', /answer does not match the pattern/)
 })
 
-await test('length and count bounds that add up past the grammar budget are refused, naming the one that crossed it', () => {
-  // Distinct bounds, each written out as its own rules by llama.cpp: past the budget, refused before any grammar is made
-  const properties = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 2000 - i }]))
-  const crossed = Math.ceil(MAX_SCHEMA_REPETITIONS / 2000)
-  assert.throws(() => toGrammarSchema({ type: 'object', properties }, 'schema'), (err: unknown) =>
-    err instanceof InvalidGenerationRequestError && /^schema\.properties\.p\d+\.maxLength$/.test(err.param ?? '') && /more than 32768 in all/.test(err.message) &&
-    Number(/p(\d+)/.exec(err.param ?? '')?.[1]) <= crossed)
-  // Real schemas are far inside it, and counts too large to be written out cost nothing
-  assert.doesNotThrow(() => toGrammarSchema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 1000 }])) }, 'schema'))
-  assert.doesNotThrow(() => toGrammarSchema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`p${i}`, { type: 'string', maxLength: 100_000 + i }])) }, 'schema'))
+await test('counts past the grammar budget, or too large for llama.cpp to bound, are left out of the grammar and checked on the output', async () => {
+  const object = (n: number, property: (i: number) => object): Record<string, unknown> =>
+    ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, property(i)])) })
+  const grammarOf = (schema: unknown): Record<string, Record<string, unknown>> =>
+    (toGrammarSchema(schema, 'schema') as { properties: Record<string, Record<string, unknown>> }).properties
+  // Distinct bounds, each written out as its own rules by llama.cpp: the first ones fit the budget, the rest are
+  // checked on the output; identical ones are one rule, written again at no cost
+  const distinct = object(200, (i) => ({ type: 'string', maxLength: 1000 - (i % 100) }))
+  assert.deepEqual(grammarOf(distinct).p0, { type: 'string', maxLength: 1000 })
+  assert.deepEqual(grammarOf(distinct).p99, { type: 'string' })
+  assert.deepEqual(grammarOf(distinct).p100, { type: 'string', maxLength: 1000 })
+  assert.equal(outputViolation(distinct, { p0: 'a', p99: 'b'.repeat(902) }, 'answer'), 'answer.p99 has 902 characters, more than maxLength 901')
+  assert.equal(outputViolation(distinct, { p99: '😀'.repeat(901) }, 'answer'), null, 'a length is counted in code points')
+  assert.equal(outputViolation(distinct, { p99: '😀'.repeat(902) }, 'answer'), 'answer.p99 has 902 characters, more than maxLength 901')
+  // The same goes for items and properties, and a range or grid past it is checked on the output as any number
+  const counted = { type: 'object', properties: { big: distinct, list: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 255 }, minItems: 2, maxItems: 1500 }, bag: { type: 'object', maxProperties: 1 } } }
+  assert.deepEqual(grammarOf(counted).list, { type: 'array', items: { type: 'integer' }, minItems: 2 })
+  assert.equal(outputViolation(counted, { list: [1, 2, 256] }, 'answer'), 'answer.list[2] is 256, above the maximum 255')
+  assert.equal(outputViolation(counted, { list: [1, 2], bag: { a: 1, b: 2 } }, 'answer'), 'answer.bag has 2 properties, more than maxProperties 1')
+  assert.equal(outputViolation(counted, { list: [1, 2, 3], bag: { a: 1 } }, 'answer'), null)
+  // A most count past what llama.cpp bounds is the output's to check, budget or not
+  const long = { type: 'object', properties: { text: { type: 'string', maxLength: 5000 }, list: { type: 'array', items: { type: 'number' }, minItems: 1, maxItems: 1500 } } }
+  assert.deepEqual(grammarOf(long), { text: { type: 'string' }, list: { type: 'array', items: { type: 'number' }, minItems: 1 } })
+  assert.equal(outputViolation(long, { text: 'x'.repeat(5001), list: [1] }, 'answer'), 'answer.text has 5001 characters, more than maxLength 5000')
+  assert.equal(outputViolation(long, { text: 'x', list: Array.from({ length: 1501 }, () => 1) }, 'answer'), 'answer.list has 1501 items, more than maxItems 1500')
+  assert.equal(outputViolation(long, { text: 'x'.repeat(5000), list: [1] }, 'answer'), null)
+  // Ordinary schemas are far inside the budget: identical string bounds are one rule, a least and a most count one cost
+  for (const schema of [
+    object(200, () => ({ type: 'string', maxLength: 1000 })),
+    object(30, (i) => ({ type: 'string', minLength: 900 + i, maxLength: 970 + i }))
+  ]) {
+    assert.ok(Object.values(grammarOf(schema)).every((property) => 'maxLength' in property), JSON.stringify(schema).slice(0, 80))
+  }
+  // Listed values cannot be checked on the output: past the budget an enum is refused, naming it
+  const values = (n: number): string[] => Array.from({ length: n }, (_, i) => `value_${i}`)
+  assert.throws(() => toGrammarSchema(object(2, () => ({ enum: values(MAX_SCHEMA_REPETITIONS / 8 + 1) })), 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema.properties.p1.enum' && /more than 32768 in all/.test(err.message))
+  // Where the answer starts, llama.cpp compares every alternative with every other: at most MAX_START_ALTERNATIVES
+  assert.doesNotThrow(() => toGrammarSchema({ enum: values(MAX_START_ALTERNATIVES) }, 'schema'))
+  assert.throws(() => toGrammarSchema({ enum: values(MAX_START_ALTERNATIVES + 1) }, 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema' && /4097 alternatives where the answer starts/.test(err.message))
+  assert.throws(() => toGrammarSchema({ anyOf: [{ enum: values(3000) }, { $ref: '#/$defs/more' }], $defs: { more: { enum: values(3000).map((v) => `${v}!`) } } }, 'schema'), /6000 alternatives/)
+  assert.doesNotThrow(() => toGrammarSchema(object(1, () => ({ enum: values(MAX_START_ALTERNATIVES + 1) })), 'schema'), 'under a property they cost their share of the budget only')
+
+  // And llama.cpp compiles every grammar made so, at the edges of what it bounds
+  const llama = await getSharedLlama(1)
+  for (const schema of [
+    distinct, counted, long,
+    { type: 'string', maxLength: 2000 }, { type: 'string', minLength: 1000, maxLength: 1000 },
+    { type: 'array', items: { type: 'number' }, minItems: 1000, maxItems: 1000 }, { type: 'array', prefixItems: [{ type: 'string' }], items: { type: 'number' }, maxItems: 1002 },
+    { type: 'array', items: { type: 'number' }, maxItems: 2001 }, { type: 'object', minProperties: 1000, maxProperties: 2000 }
+  ]) {
+    await assert.doesNotReject(llama.createGrammarForJsonSchema<GbnfJsonSchema>(toGrammarSchema(schema, 'schema')), JSON.stringify(schema).slice(0, 120))
+  }
+})
+
+await test('patterns: the thousands of strings of one answer are matched together, within one deadline; an anyOf goes on to the next alternative', () => {
+  const ids = { type: 'array', items: { type: 'string', pattern: '^[A-Z]{2}[0-9]{4}$' } }
+  const many = Array.from({ length: 20_000 }, (_, i) => `AB${String(i % 10_000).padStart(4, '0')}`)
+  assert.equal(outputViolation(ids, many, 'answer'), null)
+  assert.equal(outputViolation(ids, [...many, 'ab1234'], 'answer'), 'answer[20000] does not match the pattern ^[A-Z]{2}[0-9]{4}$')
+  // An alternative whose pattern does not match sends the check on to the next one, as often as the answer needs
+  const either = { type: 'array', items: { anyOf: [{ type: 'string', pattern: '^a' }, { type: 'string', pattern: '^b' }, { type: 'integer', maximum: 3 }] } }
+  assert.equal(outputViolation(either, [...Array.from({ length: 5000 }, (_, i) => i % 2 === 0 ? 'apple' : 'banana'), 2], 'answer'), null)
+  assert.equal(outputViolation(either, ['apple', 'cherry'], 'answer'), 'answer[1] does not match the pattern ^a')
+  // Nested alternatives, each one level further than the last walk saw
+  let nested: object = { type: 'string', pattern: '^z' }
+  for (const letter of 'yxwvutsr') nested = { anyOf: [{ type: 'string', pattern: `^${letter}` }, nested] }
+  assert.equal(outputViolation(nested, 'zebra', 'answer'), null)
+  assert.equal(outputViolation(nested, 'quail', 'answer'), 'answer does not match the pattern ^r')
+})
+
+await test('an answer is walked only where the schema holds something the grammar did not enforce', () => {
+  const huge = Array.from({ length: MAX_OUTPUT_CHECK_STEPS * 3 }, (_, i) => ({ id: i, name: 'n' }))
+  // Nothing to check anywhere: no walk at all, however large the answer
+  const plain = { type: 'array', items: { type: 'object', properties: { id: { type: 'integer' }, name: { type: 'string', maxLength: 5 } } } }
+  assert.equal(outputViolation(plain, huge, 'answer'), null)
+  // Something to check beside it: the large part is passed over, the checked part still decides
+  const beside = { type: 'object', properties: { rows: plain, score: { type: 'number', minimum: 0 } } }
+  assert.equal(outputViolation(beside, { rows: huge, score: 1 }, 'answer'), null)
+  assert.equal(outputViolation(beside, { rows: huge, score: -1 }, 'answer'), 'answer.score is -1, below the minimum 0')
+  // Where the value went through one of several alternatives, every alternative's types still decide which
+  const alternatives = { anyOf: [{ type: 'object', properties: { a: { type: 'string' } } }, { type: 'object', properties: { a: { type: 'integer', maximum: 5 } } }] }
+  assert.equal(outputViolation(alternatives, { a: 7 }, 'answer'), 'answer.a is not of type string')
+  assert.equal(outputViolation(alternatives, { a: 'seven' }, 'answer'), null)
 })
