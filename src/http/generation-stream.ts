@@ -109,7 +109,10 @@ export async function streamGeneration<E> (reply: FastifyReply, generation: Rout
     return false
   } finally {
     stopKeepAlive()
-    if (!finished) await generation.events.return?.()
+    // A stream that never opened answers at once: the generation stops at its next event (an async generator's return
+    // waits behind its pending next, which may be the whole prompt's evaluation), not before the client is answered
+    if (!finished && out == null) void Promise.resolve(generation.events.return?.()).catch(() => {})
+    else if (!finished) await generation.events.return?.()
   }
 }
 

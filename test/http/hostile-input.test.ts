@@ -7,7 +7,7 @@ import type { ChatEvent, ChatRouter, RoutedGeneration } from '../../src/inferenc
 import { MAX_JSON_DEPTH } from '../../src/wire/index.ts'
 import { bareHttpApp } from '../support/bare-app.ts'
 import { collectSse, startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
-import type { Api, ApiResponse } from '../support/node.ts'
+import { waitFor, type Api, type ApiResponse } from '../support/node.ts'
 
 const DEEP = 10_000
 /** A tool's result nested deeper than JSON.stringify can write (about 4,000 levels here), within a 16k context. */
@@ -189,6 +189,31 @@ test('a stream whose headers cannot be written: the error envelope instead, and 
     assert.equal(res.headers.get('x-served-by'), null)
   }
   assert.equal(stopped, 1, 'the streamed generation was stopped; the other ran to its end')
+
+  // A generation still evaluating its prompt when the stream fails to open: the client is answered at once, and the
+  // generation stops at its first event
+  let release = (): void => {}
+  const evaluating = new Promise<void>((resolve) => { release = resolve })
+  let ended = false
+  async function * slow (): AsyncGenerator<ChatEvent, void> {
+    try {
+      await evaluating
+      yield { type: 'delta', text: 'late' }
+      yield { type: 'delta', text: 'never sent' }
+    } finally {
+      ended = true
+    }
+  }
+  router.route = () => ({ servedBy: 'peer:bad\nname', events: slow() })
+  const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', max_tokens: 2, stream: true, messages: [{ role: 'user', content: 'Hi' }] }),
+    signal: AbortSignal.timeout(60_000)
+  })
+  assert.equal(res.status, 500, 'answered while the generation is still on its prompt')
+  release()
+  await waitFor(() => ended, { what: 'the generation to stop after its first event' })
 })
 
 test('JSON Schemas whose grammar or output check would not end: answered or refused, and the node keeps serving', async (t) => {
