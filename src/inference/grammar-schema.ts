@@ -15,12 +15,13 @@ const MAX_SCHEMA_DEPTH = 32 // deep enough for real schemas; bounds our recursio
  */
 export const MAX_SCHEMA_LEAST_COUNT = 1000
 /**
- * The largest most count (maxLength, maxItems, maxProperties) written into the grammar. llama.cpp's grammar parser
- * refuses a bounded repetition whose rules times its count pass 2000 (an array repeats a two-symbol group, so
- * `maxItems: 1002` fails; a root string's `maxLength: 2000` too), and reads any count past 2000 as no bound at all:
- * a larger most count is left out of the grammar and checked on the output instead.
+ * The largest count written into the grammar, by what it counts. llama.cpp's grammar parser refuses a repetition
+ * whose count times the rules new in the repeated group passes 2000: a string's characters repeat up to two (a
+ * root `maxLength: 2000` fails), an array's items or an object's properties up to three (the comma, the item, and a
+ * `prefixItems` or `additionalProperties` rule: `maxItems: 668` fails); and it reads any most count past 2000 as no
+ * bound at all. A count past these is left out of the grammar and checked on the output instead.
  */
-const GRAMMAR_WRITTEN_COUNT = 1000
+const GRAMMAR_WRITTEN_COUNT = { string: 1000, collection: 666 }
 /**
  * llama.cpp writes a bounded repetition `{m,n}` out as about n rules, each kept in memory and built on the event loop
  * when the grammar is made (measured: 1.6 ms and ~0.2 MB per thousand); a least count alone (`{m,}`) costs about an
@@ -34,21 +35,44 @@ export const MAX_SCHEMA_REPETITIONS = 32_768
 /** What one listed value costs the grammar, in repetitions (measured: about what four counts cost). */
 const ENUM_VALUE_REPETITIONS = 4
 /**
- * Most alternatives a grammar may offer where the answer starts (the values of a root `enum`, the branches of a root
- * anyOf, what a root $ref leads to): llama.cpp sets up one parse stack for each when it makes the grammar, comparing
- * each with all the others, on the event loop (measured: 1024 take 9 ms, 4096 60 ms, 16384 a second). A schema with
- * more is refused; the same values under a property cost only their share of MAX_SCHEMA_REPETITIONS.
+ * Most alternatives a grammar may offer at one place of the answer (an `enum`'s values, the branches of an anyOf
+ * summed, nested ones multiplied through their $refs). llama.cpp sets up a parse stack for each and compares it with
+ * all the others when it makes the grammar, where the answer starts (measured: 1024 take 9 ms, 4096 60 ms, 16384 a
+ * second; anyOfs of four $refs nested ten deep, 4^10 ways, 100 ms, thirty deep for ever), and tries each for every
+ * token sampled there (4096: 0.3 s, 8192: 1.2 s of the model's time). A schema with more at one place is refused.
  */
-export const MAX_START_ALTERNATIVES = 4096
-/** What converting one schema carries along: the names its $refs may point at, and its grammar budget so far. */
+export const MAX_ALTERNATIVES = 1024
+/**
+ * Most subschemas one schema may hold, its $defs included. node-llama-cpp writes its grammar, and llama.cpp parses
+ * it, on the event loop, in time that grows with them (measured: 5,000 properties take about 100 ms, 10,000 nested
+ * ones 250 ms); real schemas hold tens to hundreds (OpenAI takes up to 5,000 properties).
+ */
+export const MAX_SCHEMA_SUBSCHEMAS = 4096
+/**
+ * Deepest a schema may nest counted through its $refs, each definition's levels added where a $ref leads to it (a
+ * recursive definition counted once): node-llama-cpp's grammar writer recurses that deep, and slows down with it
+ * (measured: a chain of 500 definitions takes 130 ms, of 2,000 overflows its stack).
+ */
+export const MAX_REF_NESTING = 4 * MAX_SCHEMA_DEPTH
+/** A definition's name, or null for the schema's root. */
+type SchemaPart = string | null
+/** What converting one schema carries along: the names its $refs may point at, its size and its grammar budget so far. */
 interface Conversion {
   readonly defNames: ReadonlySet<string>
+  /** Subschemas converted so far, toward MAX_SCHEMA_SUBSCHEMAS. */
+  subschemas: number
+  /** The part being converted, the deepest level reached in each, and the $refs each holds, at their levels. */
+  part: SchemaPart
+  readonly deepest: Map<SchemaPart, number>
+  readonly refs: Map<SchemaPart, Array<{ depth: number, to: string }>>
   /** Spent toward MAX_SCHEMA_REPETITIONS. */
   repetitions: number
   /** String bounds counted already: written as one rule however often they appear. */
   readonly stringBounds: Set<string>
   /** Whether a count was left out of the grammar (past the budget), so that the output is checked for counts. */
   countsOnOutput: boolean
+  /** The distinct patterns met, toward MAX_SCHEMA_PATTERNS. */
+  readonly patterns: Set<string>
 }
 const PRIMITIVE_TYPES = new Set(['string', 'number', 'integer', 'boolean', 'null'])
 const TYPES = new Set([...PRIMITIVE_TYPES, 'object', 'array'])
@@ -113,14 +137,16 @@ export function toOutputSchema (schema: unknown, param: string): OutputSchema {
   if (!isSchemaObject(schema)) throw invalid(param, 'must be a JSON Schema object')
   const defs = schema.$defs ?? schema.definitions
   if (defs !== undefined && !isSchemaObject(defs)) throw invalid(`${param}.$defs`, 'must be an object of schemas')
-  const ctx: Conversion = { defNames: new Set(Object.keys(defs ?? {})), repetitions: 0, stringBounds: new Set(), countsOnOutput: false }
-  const root = convert({ ...schema, $defs: undefined, definitions: undefined }, param, 0, ctx)
-  const convertedDefs: Record<string, GbnfJsonSchema> = { }
-  for (const [name, def] of Object.entries(defs ?? {})) convertedDefs[name] = convert(def, `${param}.$defs.${name}`, 1, ctx)
-  const starts = startAlternatives(root, convertedDefs, new Map())
-  if (starts > MAX_START_ALTERNATIVES) {
-    throw invalid(param, `offers ${starts} alternatives where the answer starts (enum values, anyOf branches); constrained output takes at most ${MAX_START_ALTERNATIVES} there (put them under a property)`)
+  const ctx: Conversion = {
+    defNames: new Set(Object.keys(defs ?? {})), subschemas: 0, part: null, deepest: new Map(), refs: new Map(), repetitions: 0, stringBounds: new Set(), countsOnOutput: false, patterns: new Set()
   }
+  const root = convert({ ...schema, $defs: undefined, definitions: undefined }, param, 0, ctx)
+  const convertedDefs = Object.fromEntries(Object.entries(defs ?? {}).map(([name, def]) => {
+    ctx.part = name
+    return [name, convert(def, `${param}.$defs.${name}`, 1, ctx)]
+  }))
+  checkRefNesting(ctx, param)
+  checkAlternatives(root, convertedDefs, param)
   // $defs sits beside a oneOf or a typed schema; wrapping keeps it legal whatever the root's own shape is
   const grammar = defs === undefined ? root : { oneOf: [root], $defs: convertedDefs } as GbnfJsonSchema
   const checks = new OutputChecks(schema, defs, ctx.countsOnOutput)
@@ -129,6 +155,8 @@ export function toOutputSchema (schema: unknown, param: string): OutputSchema {
 
 function convert (schema: unknown, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
   if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
+  if (++ctx.subschemas > MAX_SCHEMA_SUBSCHEMAS) throw invalid(path, `brings the schema to more than ${MAX_SCHEMA_SUBSCHEMAS} subschemas, more than constrained output can compile`)
+  if (depth > (ctx.deepest.get(ctx.part) ?? 0)) ctx.deepest.set(ctx.part, depth)
   if (schema === true) return ANY_VALUE
   if (!isSchemaObject(schema)) throw invalid(path, 'must be a JSON Schema object')
   const s = stripAnnotations(schema)
@@ -138,6 +166,8 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
     only(s, path, ['$ref'])
     const match = typeof s.$ref === 'string' ? /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(s.$ref) : null
     if (match == null || !ctx.defNames.has(match[1])) throw invalid(`${path}.$ref`, 'must point at an entry of the root $defs')
+    const refs = ctx.refs.get(ctx.part) ?? []
+    ctx.refs.set(ctx.part, [...refs, { depth, to: match[1] }])
     return { $ref: `#/$defs/${match[1]}` } as GbnfJsonSchema
   }
   if (s.const !== undefined) {
@@ -150,6 +180,7 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
     if (!Array.isArray(s.enum) || s.enum.length === 0 || !s.enum.every(isPrimitive)) {
       throw invalid(`${path}.enum`, 'must be a non-empty array of strings, numbers, booleans or nulls')
     }
+    if (s.enum.length > MAX_ALTERNATIVES) throw invalid(`${path}.enum`, `lists ${s.enum.length} values; constrained output takes at most ${MAX_ALTERNATIVES}`)
     // Listed values cannot be checked on the output instead
     if (!spend(ctx, s.enum.length * ENUM_VALUE_REPETITIONS)) {
       throw invalid(`${path}.enum`, `brings the schema's listed values and counts to more than ${MAX_SCHEMA_REPETITIONS} in all, more than constrained output can compile`)
@@ -192,15 +223,23 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
     return { type }
   }
   if (type === 'string') {
-    const counts = grammarCounts(s, path, ['minLength', 'maxLength'], ctx, true)
-    if (s.pattern !== undefined) compilePattern(s.pattern, `${path}.pattern`)
+    const counts = grammarCounts(s, path, ['minLength', 'maxLength'], ctx, 'string')
+    if (s.pattern !== undefined) {
+      compilePattern(s.pattern, `${path}.pattern`)
+      ctx.patterns.add(s.pattern as string)
+      if (ctx.patterns.size > MAX_SCHEMA_PATTERNS) throw invalid(`${path}.pattern`, `brings the schema to more than ${MAX_SCHEMA_PATTERNS} distinct patterns, more than an answer can be checked against`)
+    }
     // `format`: the grammar writes out the ones it knows, the output is checked for a few common others, and any other
     // is refused: a format accepted and not held would be a promise broken
     if (s.format !== undefined && !(typeof s.format === 'string' && (STRING_FORMATS.has(s.format) || Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, s.format)))) {
       throw invalid(`${path}.format`, `is not one of the formats held here (${[...STRING_FORMATS, ...Object.keys(FORMATS_CHECKED_ON_OUTPUT)].join(', ')})`)
     }
-    const format = typeof s.format === 'string' && STRING_FORMATS.has(s.format) ? { format: s.format } : { }
-    return { type: 'string', ...counts, ...format } as GbnfJsonSchema
+    if (typeof s.format === 'string' && STRING_FORMATS.has(s.format)) {
+      // node-llama-cpp writes a date's own shape and drops lengths beside it: those are checked on the output
+      if (s.minLength !== undefined || s.maxLength !== undefined) ctx.countsOnOutput = true
+      return { type: 'string', format: s.format } as GbnfJsonSchema
+    }
+    return { type: 'string', ...counts } as GbnfJsonSchema
   }
   return { type: type as 'boolean' }
 }
@@ -257,15 +296,13 @@ function numberGrid (s: SchemaObject, path: string): number[] | null {
 const GRID_STEPS_TRIED = MAX_NUMBER_GRID + 8
 
 function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
-  const counts = grammarCounts(s, path, ['minProperties', 'maxProperties'], ctx, false)
+  const counts = grammarCounts(s, path, ['minProperties', 'maxProperties'], ctx, 'collection')
   if (s.properties !== undefined && !isSchemaObject(s.properties)) throw invalid(`${path}.properties`, 'must be an object of schemas')
   if (s.required !== undefined && !(Array.isArray(s.required) && s.required.every((r) => typeof r === 'string'))) {
     throw invalid(`${path}.required`, 'must be an array of property names')
   }
-  const properties: Record<string, GbnfJsonSchema> = { }
-  for (const [name, sub] of Object.entries(s.properties ?? {})) {
-    properties[name] = convert(sub, `${path}.properties.${name}`, depth + 1, ctx)
-  }
+  // fromEntries: a property named `__proto__` is a property like any other, never the object's prototype
+  const properties = Object.fromEntries(Object.entries(s.properties ?? {}).map(([name, sub]) => [name, convert(sub, `${path}.properties.${name}`, depth + 1, ctx)]))
   const extra = s.additionalProperties
   // JSON Schema allows any extra property by default; node-llama-cpp allows none. With no properties named,
   // "none" would force `{}`, so we keep the schema's meaning; with properties named, forbidding extras still
@@ -283,7 +320,7 @@ function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conve
 }
 
 function convertArray (s: SchemaObject, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
-  const counts = grammarCounts(s, path, ['minItems', 'maxItems'], ctx, false)
+  const counts = grammarCounts(s, path, ['minItems', 'maxItems'], ctx, 'collection')
   if (s.prefixItems !== undefined && !Array.isArray(s.prefixItems)) throw invalid(`${path}.prefixItems`, 'must be an array of schemas')
   return {
     type: 'array',
@@ -309,11 +346,11 @@ function only (s: SchemaObject, path: string, allowed: readonly string[]): void 
 }
 
 /**
- * A least and a most count (`keys`) checked, and what of them the grammar writes: both; the least only, when the
- * most is past GRAMMAR_WRITTEN_COUNT; or, past the grammar's budget, neither. What the grammar leaves out is checked
- * on the output. `shared`: identical bounds are one rule (strings).
+ * A least and a most count (`keys`) checked, and what of them the grammar writes: each up to GRAMMAR_WRITTEN_COUNT
+ * for its kind, and, past the grammar's budget, neither. What the grammar leaves out is checked on the output.
+ * Identical string bounds are one rule, counted once.
  */
-function grammarCounts (s: SchemaObject, path: string, keys: readonly [string, string], ctx: Conversion, shared: boolean): SchemaObject {
+function grammarCounts (s: SchemaObject, path: string, keys: readonly [string, string], ctx: Conversion, kind: 'string' | 'collection'): SchemaObject {
   for (const key of keys) {
     const value = s[key]
     if (value !== undefined && !(Number.isSafeInteger(value) && (value as number) >= 0)) {
@@ -324,11 +361,14 @@ function grammarCounts (s: SchemaObject, path: string, keys: readonly [string, s
   if (least !== undefined && least > MAX_SCHEMA_LEAST_COUNT) {
     throw invalid(`${path}.${keys[0]}`, `is ${least}; constrained output can require at most ${MAX_SCHEMA_LEAST_COUNT}`)
   }
-  const writesMost = most !== undefined && most <= GRAMMAR_WRITTEN_COUNT
-  if (most !== undefined && !writesMost) ctx.countsOnOutput = true
-  const written = pick(s, writesMost ? keys : [keys[0]])
-  const cost = writesMost ? most : Math.ceil((least ?? 0) / 8)
-  const bounds = `${least}-${writesMost ? most : ''}`
+  const limit = GRAMMAR_WRITTEN_COUNT[kind]
+  const writesLeast = least !== undefined && least <= limit
+  const writesMost = most !== undefined && most <= limit
+  if ((least !== undefined && !writesLeast) || (most !== undefined && !writesMost)) ctx.countsOnOutput = true
+  const written = pick(s, keys.filter((_, i) => i === 0 ? writesLeast : writesMost))
+  const cost = writesMost ? most : writesLeast ? Math.ceil(least / 8) : 0
+  const bounds = `${writesLeast ? least : ''}-${writesMost ? most : ''}`
+  const shared = kind === 'string'
   if (cost === 0 || (shared && ctx.stringBounds.has(bounds))) return written
   if (!spend(ctx, cost)) {
     ctx.countsOnOutput = true
@@ -346,34 +386,82 @@ function spend (ctx: Conversion, repetitions: number): boolean {
 }
 
 /**
- * The alternatives a converted schema offers where its value starts (MAX_START_ALTERNATIVES): an enum's distinct
- * values, the sum over a oneOf's branches (branches that are the same $ref set up once, so are counted once), what a
- * $ref leads to (each def counted once; a $ref back to a def still being counted adds nothing), and one for anything
- * else (a type list: one per type).
+ * Refuses a schema nesting deeper than MAX_REF_NESTING through its $refs: a part's levels are its own deepest, or a
+ * $ref's level plus the levels of what it leads to, whichever is more. A definition met again while it is being
+ * counted (recursion) adds one level; each is counted once, from wherever it is first met. Every step down a $ref
+ * adds a level, so this recursion is bounded by MAX_REF_NESTING too.
  */
-function startAlternatives (schema: GbnfJsonSchema, defs: Record<string, GbnfJsonSchema>, counted: Map<string, number>): number {
-  const s = schema as SchemaObject
-  if (Array.isArray(s.enum)) return new Set(s.enum).size
-  if (Array.isArray(s.oneOf)) {
-    const refs = new Set<string>()
-    let sum = 0
-    for (const branch of s.oneOf as SchemaObject[]) {
-      if (typeof branch.$ref === 'string' && refs.has(branch.$ref)) continue
-      if (typeof branch.$ref === 'string') refs.add(branch.$ref)
-      sum += startAlternatives(branch as GbnfJsonSchema, defs, counted)
+function checkRefNesting (ctx: Conversion, param: string): void {
+  const known = new Map<SchemaPart, number>()
+  const open = new Set<SchemaPart>()
+  const levels = (part: SchemaPart, base: number): number => {
+    const memo = known.get(part)
+    if (memo !== undefined) return memo
+    if (open.has(part)) return 1
+    open.add(part)
+    let deepest = ctx.deepest.get(part) ?? 0
+    for (const ref of ctx.refs.get(part) ?? []) {
+      if (base + deepest > MAX_REF_NESTING) break
+      deepest = Math.max(deepest, ref.depth + levels(ref.to, base + ref.depth))
     }
-    return sum
+    if (base + deepest > MAX_REF_NESTING) throw invalid(param, `nests deeper than ${MAX_REF_NESTING} levels through its $refs, more than constrained output can compile`)
+    open.delete(part)
+    known.set(part, deepest)
+    return deepest
   }
-  if (typeof s.$ref === 'string') {
+  levels(null, 0)
+  for (const name of ctx.defNames) levels(name, 0)
+}
+
+/**
+ * Refuses a converted schema offering more than MAX_ALTERNATIVES alternatives at one place: at every enum and anyOf
+ * of the root and the definitions (each counted once, however many places lead to it).
+ */
+function checkAlternatives (root: GbnfJsonSchema, defs: Record<string, GbnfJsonSchema>, param: string): void {
+  const counted = new Map<string, number>()
+  const known = new WeakMap<object, number>()
+  const stack: unknown[] = [root, ...Object.values(defs)]
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    if (typeof next !== 'object' || next === null) continue
+    const s = next as SchemaObject
+    if (Array.isArray(s.oneOf) || Array.isArray(s.enum)) {
+      const count = alternatives(s as GbnfJsonSchema, defs, counted, known)
+      if (count > MAX_ALTERNATIVES) {
+        throw invalid(param, `offers ${count} alternatives at one place (enum values, anyOf branches); constrained output takes at most ${MAX_ALTERNATIVES} there`)
+      }
+    }
+    for (const value of Object.values(s)) if (typeof value === 'object' && value !== null) stack.push(value)
+  }
+}
+
+/**
+ * The alternatives a converted schema offers where its value starts: an enum's distinct values, the sum over a
+ * oneOf's branches (the same $ref twice is two: llama.cpp sets each up apart, so nested anyOfs of $refs multiply),
+ * what a $ref leads to (a $ref back to a definition still being counted adds nothing), and one for anything else (a
+ * type list: one per type).
+ */
+function alternatives (schema: GbnfJsonSchema, defs: Record<string, GbnfJsonSchema>, counted: Map<string, number>, known: WeakMap<object, number>): number {
+  const s = schema as SchemaObject
+  const memo = known.get(s)
+  if (memo !== undefined) return memo
+  let count = 1
+  if (Array.isArray(s.enum)) {
+    count = new Set(s.enum).size
+  } else if (Array.isArray(s.oneOf)) {
+    count = 0
+    for (const branch of s.oneOf as SchemaObject[]) count += alternatives(branch as GbnfJsonSchema, defs, counted, known)
+  } else if (typeof s.$ref === 'string') {
     const name = s.$ref.slice('#/$defs/'.length)
-    const known = counted.get(name)
-    if (known != null) return known
+    const done = counted.get(name)
+    if (done != null) return done
     counted.set(name, 0)
-    const count = Object.hasOwn(defs, name) ? startAlternatives(defs[name], defs, counted) : 1
+    count = Object.hasOwn(defs, name) ? alternatives(defs[name], defs, counted, known) : 1
     counted.set(name, count)
-    return count
+  } else if (Array.isArray(s.type)) {
+    count = s.type.length
   }
-  return Array.isArray(s.type) ? s.type.length : 1
+  known.set(s, count)
+  return count
 }
 
 function stripAnnotations (schema: SchemaObject): SchemaObject {
@@ -414,6 +502,12 @@ const MAX_CHECK_WALKS = 4
 /** Checked on the output when the grammar left counts out (past its budget). */
 const COUNT_KEYWORDS = ['minLength', 'maxLength', 'minItems', 'maxItems', 'minProperties', 'maxProperties']
 
+/**
+ * Deepest the check follows an answer and its schema together ($refs and anyOfs count as levels): a recursive
+ * schema's answer may nest as deep as the model wrote it. Past this the answer cannot be checked, and fails so.
+ */
+const MAX_CHECK_DEPTH = 1024
+
 /** The check of an answer or a call's arguments against the keywords their grammar did not enforce. */
 class OutputChecks {
   readonly #schema: SchemaObject
@@ -423,13 +517,16 @@ class OutputChecks {
   /** Whether any definition holds a checked keyword: what every $ref is taken to hold. */
   readonly #refsHold: boolean
   /** Per schema object: whether it holds a checked keyword anywhere under it. */
-  readonly #holds = new WeakMap<object, boolean>()
+  #holds = new WeakMap<object, boolean>()
+  /** This schema's patterns, compiled. */
+  readonly #patterns = new Map<string, RegExp>()
 
   constructor (schema: SchemaObject, defs: unknown, counts: boolean) {
     this.#schema = schema
     this.#defs = isSchemaObject(defs) ? defs : undefined
     this.#counts = counts
-    this.#refsHold = Object.values(this.#defs ?? {}).some((def) => this.#scan(def, false, 0))
+    this.#refsHold = Object.values(this.#defs ?? {}).some((def) => this.#holdsCheck(def, false))
+    this.#holds = new WeakMap() // what was learnt without following $refs is not what a $ref holds
   }
 
   violation (value: unknown, at: string): string | null {
@@ -451,58 +548,51 @@ class OutputChecks {
     }
   }
 
-  /** Whether `schema` holds a checked keyword anywhere under it (memoized; a $ref holds what any definition does). */
-  #holdsCheck (schema: unknown): boolean {
+  /** Whether `schema` holds a checked keyword anywhere under it (a $ref: what `refs` says). Memoized. */
+  #holdsCheck (schema: unknown, refs = this.#refsHold): boolean {
     if (!isSchemaObject(schema)) return false
-    let holds = this.#holds.get(schema)
-    if (holds === undefined) {
-      holds = this.#scan(schema, this.#refsHold, 0)
-      this.#holds.set(schema, holds)
-    }
+    const known = this.#holds.get(schema)
+    if (known !== undefined) return known
+    this.#holds.set(schema, false) // a schema nests no cycle but through $refs; this only guards
+    const holds = (typeof schema.$ref === 'string' && refs) ||
+      Object.values(CHECKED_ON_OUTPUT).some((keys) => keys.some((key) => schema[key] !== undefined)) ||
+      (typeof schema.format === 'string' && Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, schema.format)) ||
+      (this.#counts && COUNT_KEYWORDS.some((key) => schema[key] !== undefined)) ||
+      [
+        ...(isSchemaObject(schema.properties) ? Object.values(schema.properties) : []),
+        schema.additionalProperties, schema.items,
+        ...[schema.prefixItems, schema.anyOf, schema.oneOf].flatMap((list) => Array.isArray(list) ? list as unknown[] : [])
+      ].some((sub) => this.#holdsCheck(sub, refs))
+    this.#holds.set(schema, holds)
     return holds
   }
 
-  #scan (schema: unknown, refs: boolean, depth: number): boolean {
-    if (!isSchemaObject(schema)) return false
-    if (depth > MAX_SCHEMA_DEPTH * 2) return true
-    if (typeof schema.$ref === 'string' && refs) return true
-    if (Object.values(CHECKED_ON_OUTPUT).some((keys) => keys.some((key) => schema[key] !== undefined))) return true
-    if (typeof schema.format === 'string' && Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, schema.format)) return true
-    if (this.#counts && COUNT_KEYWORDS.some((key) => schema[key] !== undefined)) return true
-    const subschemas = [
-      ...(isSchemaObject(schema.properties) ? Object.values(schema.properties) : []),
-      schema.additionalProperties, schema.items,
-      ...[schema.prefixItems, schema.anyOf, schema.oneOf].flatMap((list) => Array.isArray(list) ? list as unknown[] : [])
-    ]
-    return subschemas.some((sub) => this.#scan(sub, refs, depth + 1))
-  }
-
   /**
-   * The first break under `schema`. `chosen`: the grammar made `value` through this schema, not through one
-   * alternative of several, so a schema holding no checked keyword has nothing to add.
+   * The first break under `schema`. `chosen`: the grammar made `value` through this schema, so a schema holding no
+   * checked keyword has nothing to add. Otherwise (within an anyOf whose alternatives could each have made it) every
+   * keyword decides, the grammar's own too (types, const, enum, counts, required and unnamed properties), so that
+   * the value is checked against the alternative it went through.
    */
   #violation (schema: unknown, value: unknown, at: string, walk: Walk, depth: number, chosen: boolean): string | null {
-    if (!isSchemaObject(schema) || depth > MAX_SCHEMA_DEPTH * 2) return null
+    if (!isSchemaObject(schema)) return null
     if (chosen && !this.#holdsCheck(schema)) return null
+    if (depth > MAX_CHECK_DEPTH) throw new CheckTooLong(`it nests deeper than ${MAX_CHECK_DEPTH} levels`)
     if (++walk.steps > MAX_OUTPUT_CHECK_STEPS) throw new CheckTooLong(`it takes more than ${MAX_OUTPUT_CHECK_STEPS} steps`)
     if (typeof schema.$ref === 'string') {
       const name = /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(schema.$ref)?.[1]
-      return name == null ? null : this.#violation(this.#defs?.[name], value, at, walk, depth + 1, chosen)
+      return name == null || this.#defs == null || !Object.hasOwn(this.#defs, name) ? null : this.#violation(this.#defs[name], value, at, walk, depth + 1, chosen)
     }
     const alternatives = schema.anyOf ?? schema.oneOf
-    if (Array.isArray(alternatives)) {
-      // The grammar let the value through one alternative of its type; the value breaks the schema only if every such one does
-      let first: string | null = null
-      for (const alternative of alternatives) {
-        const found = this.#violation(alternative, value, at, walk, depth + 1, chosen && alternatives.length === 1)
-        if (found == null) return null
-        first ??= found
-      }
-      return first
+    if (Array.isArray(alternatives)) return this.#alternatives(alternatives, value, at, walk, depth, chosen)
+    const strict = !chosen
+    if (strict) {
+      if (schema.const !== undefined && value !== schema.const) return `${at} is not ${JSON.stringify(schema.const)}`
+      if (Array.isArray(schema.enum) && !schema.enum.includes(value)) return `${at} is not one of the listed values`
     }
     // Within anyOf, an alternative of another type is not the one the value went through
-    const types = typeof schema.type === 'string' ? [schema.type] : Array.isArray(schema.type) ? schema.type : null
-    if (types != null && !types.some((type) => type === jsonType(value) || (type === 'number' && jsonType(value) === 'integer'))) return `${at} is not of type ${types.join(' or ')}`
+    const types = typeOf(schema)
+    if (types != null && !admits(types, value)) return `${at} is not of type ${types.join(' or ')}`
+    const counts = strict || this.#counts
     if (typeof value === 'number') {
       const { minimum, maximum, exclusiveMinimum, exclusiveMaximum } = schema
       if (typeof minimum === 'number' && value < minimum) return `${at} is ${value}, below the minimum ${minimum}`
@@ -512,15 +602,15 @@ class OutputChecks {
       return null
     }
     if (typeof value === 'string') {
-      const counted = this.#counts ? countViolation(schema, 'minLength', 'maxLength', codePoints(value), at, 'characters') : null
+      const counted = counts ? countViolation(schema, 'minLength', 'maxLength', codePoints(value), at, 'characters') : null
       if (counted != null) return counted
-      if (typeof schema.pattern === 'string' && !matches(compilePattern(schema.pattern, `${at}.pattern`), value, walk)) return `${at} does not match the pattern ${schema.pattern}`
+      if (typeof schema.pattern === 'string' && !this.#matches(schema.pattern, value, walk)) return `${at} does not match the pattern ${schema.pattern}`
       const format = typeof schema.format === 'string' && Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, schema.format) ? FORMATS_CHECKED_ON_OUTPUT[schema.format] : null
       if (format != null && !format.test(value)) return `${at} is not a valid ${String(schema.format)}`
       return null
     }
     if (Array.isArray(value)) {
-      const counted = this.#counts ? countViolation(schema, 'minItems', 'maxItems', value.length, at, 'items') : null
+      const counted = counts ? countViolation(schema, 'minItems', 'maxItems', value.length, at, 'items') : null
       if (counted != null) return counted
       const prefix = Array.isArray(schema.prefixItems) ? schema.prefixItems : []
       // Items the grammar made through a schema with nothing to check are not visited one by one
@@ -532,9 +622,18 @@ class OutputChecks {
       return null
     }
     if (typeof value === 'object' && value !== null) {
-      const counted = this.#counts ? countViolation(schema, 'minProperties', 'maxProperties', Object.keys(value).length, at, 'properties') : null
+      const counted = counts ? countViolation(schema, 'minProperties', 'maxProperties', Object.keys(value).length, at, 'properties') : null
       if (counted != null) return counted
       const properties = isSchemaObject(schema.properties) ? schema.properties : {}
+      if (strict) {
+        const missing = Array.isArray(schema.required) ? schema.required.find((name) => typeof name === 'string' && !Object.hasOwn(value, name)) : undefined
+        if (missing !== undefined) return `${at} has no property ${String(missing)}`
+        // As the grammar has it: with properties named and nothing said, no others
+        const extra = schema.additionalProperties
+        const others = extra === undefined ? schema.properties === undefined : extra !== false
+        const unnamed = others ? undefined : Object.keys(value).find((key) => !Object.hasOwn(properties, key))
+        if (unnamed !== undefined) return `${at} has a property ${unnamed} the schema does not name`
+      }
       for (const [key, item] of Object.entries(value)) {
         const found = this.#violation(Object.hasOwn(properties, key) ? properties[key] : schema.additionalProperties, item, `${at}.${key}`, walk, depth + 1, chosen)
         if (found != null) return found
@@ -542,15 +641,70 @@ class OutputChecks {
     }
     return null
   }
+
+  /**
+   * An anyOf: the value breaks it only if it breaks every alternative. Where only one alternative's type admits it,
+   * that is the one the grammar made it through (chosen, if the anyOf was). An alternative that holds only if matches
+   * still asked for do does not end the search: the other alternatives' matches are asked in the same walk.
+   */
+  #alternatives (alternatives: unknown[], value: unknown, at: string, walk: Walk, depth: number, chosen: boolean): string | null {
+    const open = alternatives.filter((alternative) => {
+      const types = isSchemaObject(alternative) ? typeOf(alternative) : null
+      return types == null || admits(types, value)
+    })
+    const through = chosen && open.length === 1
+    let first: string | null = null
+    let heldIfMatched = false
+    for (const alternative of through ? open : alternatives) {
+      const asked = walk.asked.length
+      const found = this.#violation(alternative, value, at, walk, depth + 1, through)
+      if (found == null && walk.asked.length === asked) return null
+      if (found == null) heldIfMatched = true
+      first ??= found
+    }
+    return heldIfMatched ? null : first
+  }
+
+  /** Whether `text` matches `pattern`: known from an earlier walk, asked for (taken to match for now), or run at once. */
+  #matches (pattern: string, text: string, walk: Walk): boolean {
+    let byText = walk.matched.get(pattern)
+    if (byText == null) walk.matched.set(pattern, byText = new Map())
+    const known = byText.get(text)
+    if (known != null) return known
+    let regex = this.#patterns.get(pattern)
+    if (regex == null) this.#patterns.set(pattern, regex = compilePattern(pattern, 'pattern'))
+    if (!walk.direct) {
+      if (known === undefined) walk.asked.push({ pattern, regex, text })
+      byText.set(text, null)
+      return true
+    }
+    walk.asked = [{ pattern, regex, text }]
+    matchAsked(walk)
+    return byText.get(text) === true
+  }
+}
+
+/** A schema's types: its `type`, or the one its keywords imply (`properties`: an object); null for any. */
+function typeOf (schema: SchemaObject): string[] | null {
+  if (typeof schema.type === 'string') return [schema.type]
+  if (Array.isArray(schema.type)) return schema.type as string[]
+  const implied = impliedType(schema)
+  return implied == null ? null : [implied]
+}
+
+/** Whether a value of `value`'s JSON type is one of `types` (an integer is a number too). */
+function admits (types: readonly string[], value: unknown): boolean {
+  const type = jsonType(value)
+  return types.some((t) => t === type || (t === 'number' && type === 'integer'))
 }
 
 /** One answer's check as it goes: its steps in this walk, and its pattern matches, known or asked for. */
 interface Walk {
   steps: number
   /** Per pattern, per string: whether it matches, or null while asked for. */
-  matched: Map<RegExp, Map<string, boolean | null>>
+  matched: Map<string, Map<string, boolean | null>>
   /** Matches this walk asked for, to run together after it. */
-  asked: Array<[RegExp, string]>
+  asked: Array<{ pattern: string, regex: RegExp, text: string }>
   patternMs: number
   /** Run what is not known yet at once (the last walk) instead of asking for it. */
   direct: boolean
@@ -580,25 +734,9 @@ function codePoints (text: string): number {
   return count
 }
 
-/** Whether `text` matches `pattern`: known from an earlier walk, asked for (taken to match for now), or run at once. */
-function matches (pattern: RegExp, text: string, walk: Walk): boolean {
-  let byText = walk.matched.get(pattern)
-  if (byText == null) walk.matched.set(pattern, byText = new Map())
-  const known = byText.get(text)
-  if (known != null) return known
-  if (!walk.direct) {
-    if (known === undefined) walk.asked.push([pattern, text])
-    byText.set(text, null)
-    return true
-  }
-  walk.asked = [[pattern, text]]
-  matchAsked(walk)
-  return byText.get(text) === true
-}
-
 /** One context for every pattern check: the matches run in it so that its timeout can stop them. */
-const patternSandbox = createContext({ asked: [] as Array<[RegExp, string]> })
-const patternTests = new Script('asked.map((pair) => pair[0].test(pair[1]))')
+const patternSandbox = createContext({ asked: [] as Walk['asked'] })
+const patternTests = new Script('asked.map((one) => one.regex.test(one.text))')
 
 /** Runs the matches `walk` asked for, together, within what is left of the answer's MAX_PATTERN_CHECK_MS. */
 function matchAsked (walk: Walk): void {
@@ -618,7 +756,7 @@ function matchAsked (walk: Walk): void {
     walk.patternMs += performance.now() - started
     patternSandbox.asked = []
   }
-  asked.forEach(([pattern, text], i) => walk.matched.get(pattern)?.set(text, results[i] === true))
+  asked.forEach(({ pattern, text }, i) => walk.matched.get(pattern)?.set(text, results[i] === true))
 }
 
 function jsonType (value: unknown): string {
@@ -628,17 +766,23 @@ function jsonType (value: unknown): string {
   return typeof value
 }
 
-const PATTERNS_KEPT = 256
+/**
+ * Most distinct patterns one schema may hold. Each is compiled when an answer is first checked against it, within the
+ * answer's MAX_PATTERN_CHECK_MS (a long one takes a quarter of a millisecond): with more, a valid answer could fail
+ * to be checked in time.
+ */
+export const MAX_SCHEMA_PATTERNS = 256
+const PATTERNS_KEPT = MAX_SCHEMA_PATTERNS
 const patterns = new Map<string, RegExp>()
 
 /** A schema's `pattern` as a JavaScript RegExp (ECMA-262, as JSON Schema defines it, with Unicode); refused when invalid. */
 function compilePattern (pattern: unknown, param: string): RegExp {
   if (typeof pattern !== 'string' || pattern.length > 1024) throw invalid(param, 'must be a regular expression of at most 1024 characters')
-  // A quantified group holding a quantifier can take exponential time on a long answer: refused up front (every other
-  // pattern's match runs under MAX_PATTERN_CHECK_MS)
-  if (/\([^)]*[+*}?][^)]*\)[+*{]/.test(pattern)) throw invalid(param, 'has a repeated group that itself repeats, which is not accepted (it can take exponential time)')
   let compiled = patterns.get(pattern)
   if (compiled == null) {
+    // A repeated group holding a repetition can take exponential time on a long answer: refused up front (every other
+    // pattern's match runs under MAX_PATTERN_CHECK_MS)
+    if (repeatsRepetition(pattern)) throw invalid(param, 'has a repeated group that itself repeats, which is not accepted (it can take exponential time)')
     try {
       compiled = new RegExp(pattern, 'u')
     } catch {
@@ -648,4 +792,30 @@ function compilePattern (pattern: unknown, param: string): RegExp {
     patterns.set(pattern, compiled)
   }
   return compiled
+}
+
+/**
+ * Whether `pattern` repeats (`*`, `+`, `{`) a group that holds a repetition anywhere inside it (`(a+)+`, `((a|b)*)*`,
+ * `(\d{2})*`), in one pass: escapes and character classes are skipped, and the `?` of `(?:`, `(?=` is no repetition.
+ */
+function repeatsRepetition (pattern: string): boolean {
+  const groups: boolean[] = [] // per open group: whether it holds a repetition so far
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]
+    if (c === '\\') {
+      i++
+    } else if (c === '[') {
+      for (i++; i < pattern.length && pattern[i] !== ']'; i++) if (pattern[i] === '\\') i++
+    } else if (c === '(') {
+      groups.push(false)
+      if (pattern[i + 1] === '?') i++
+    } else if (c === ')') {
+      const holds = groups.pop() === true
+      if (holds && '*+{'.includes(pattern[i + 1] ?? '-')) return true
+      if (holds && groups.length > 0) groups[groups.length - 1] = true
+    } else if ('*+?{'.includes(c) && groups.length > 0) {
+      groups[groups.length - 1] = true
+    }
+  }
+  return false
 }

@@ -3,7 +3,9 @@ import assert from 'node:assert/strict'
 import { InvalidGenerationRequestError } from '../../src/inference/index.ts'
 import type { GbnfJsonSchema } from 'node-llama-cpp'
 import { getSharedLlama } from '../../src/inference/llama.ts'
-import { MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_SCHEMA_REPETITIONS, MAX_START_ALTERNATIVES, toOutputSchema } from '../../src/inference/grammar-schema.ts'
+import {
+  MAX_ALTERNATIVES, MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_REF_NESTING, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REPETITIONS, MAX_SCHEMA_SUBSCHEMAS, toOutputSchema
+} from '../../src/inference/grammar-schema.ts'
 
 /** The grammar made of `schema`. */
 function toGrammarSchema (schema: unknown, param: string): GbnfJsonSchema {
@@ -63,6 +65,18 @@ await test('a schema nested deeper than the limit is refused instead of recursin
   let schema: object = { type: 'string' }
   for (let i = 0; i < 40; i++) schema = { type: 'array', items: schema }
   assert.throws(() => toGrammarSchema(schema, 'schema'), InvalidGenerationRequestError)
+  // Nor deeper through $refs: a chain of definitions, each nesting the next (node-llama-cpp's writer recurses down it)
+  const chain = (n: number): object => ({ $ref: '#/$defs/d0', $defs: Object.fromEntries(Array.from({ length: n }, (_, i) => [`d${i}`, i === n - 1 ? { type: 'string' } : { type: 'object', properties: { next: { $ref: `#/$defs/d${i + 1}` } } }])) })
+  assert.doesNotThrow(() => toGrammarSchema(chain(MAX_REF_NESTING / 2 - 1), 'schema'))
+  assert.throws(() => toGrammarSchema(chain(2000), 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema' && /nests deeper than 128 levels through its \$refs/.test(err.message))
+  // A recursive definition is counted once
+  assert.doesNotThrow(() => toGrammarSchema({ $ref: '#/$defs/node', $defs: { node: { type: 'object', properties: { children: { type: 'array', items: { $ref: '#/$defs/node' } } } } } }, 'schema'))
+  // Nor larger than MAX_SCHEMA_SUBSCHEMAS, its definitions included
+  const wide = (n: number): object => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: 'string' }])) })
+  assert.doesNotThrow(() => toGrammarSchema(wide(MAX_SCHEMA_SUBSCHEMAS - 1), 'schema'))
+  assert.throws(() => toGrammarSchema(wide(MAX_SCHEMA_SUBSCHEMAS), 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === `schema.properties.p${MAX_SCHEMA_SUBSCHEMAS - 1}` && /more than 4096 subschemas/.test(err.message))
 })
 
 await test('bounds and patterns the grammar cannot express are checked on the output, wherever they sit in the schema', () => {
@@ -137,16 +151,26 @@ await test('bounds too close for their magnitude, or equal, end at once: checked
 })
 
 await test('an answer whose check would fan out without end stops at the step bound and is refused, naming why', () => {
-  // Each level offers four ways to the next and the last breaks its bound: 4^30 paths, had every one been walked
+  // Each level offers four objects around the next and the last breaks its bound: 4^30 paths, had every one been
+  // walked (llama.cpp sees four alternatives at each place, all starting with `{`)
   const levels = 30
   const $defs: Record<string, unknown> = {}
-  for (let i = 0; i < levels; i++) $defs[`d${i}`] = { anyOf: Array.from({ length: 4 }, () => ({ $ref: `#/$defs/d${i + 1}` })) }
+  for (let i = 0; i < levels; i++) $defs[`d${i}`] = { anyOf: Array.from({ length: 4 }, () => ({ type: 'object', properties: { a: { $ref: `#/$defs/d${i + 1}` } } })) }
   $defs[`d${levels}`] = { type: 'integer', maximum: 0 }
   const schema = { $ref: '#/$defs/d0', $defs }
   assert.doesNotThrow(() => toGrammarSchema(schema, 'schema'))
-  assert.match(outputViolation(schema, 5, 'answer') ?? '', new RegExp(`answer could not be checked against the schema: it takes more than ${MAX_OUTPUT_CHECK_STEPS} steps`))
+  let value: unknown = 5
+  for (let i = 0; i < levels; i++) value = { a: value }
+  assert.match(outputViolation(schema, value, 'answer') ?? '', new RegExp(`answer could not be checked against the schema: it takes more than ${MAX_OUTPUT_CHECK_STEPS} steps`))
   // A matching value goes through the first way at every level
-  assert.equal(outputViolation(schema, 0, 'answer'), null)
+  let good: unknown = 0
+  for (let i = 0; i < levels; i++) good = { a: good }
+  assert.equal(outputViolation(schema, good, 'answer'), null)
+  // Alternatives that multiply where llama.cpp sets them up (anyOfs of $refs nested: 4^30 parse stacks) are refused
+  const multiplied: Record<string, unknown> = {}
+  for (let i = 0; i < levels; i++) multiplied[`d${i}`] = { anyOf: Array.from({ length: 4 }, () => ({ $ref: `#/$defs/d${i + 1}` })) }
+  multiplied[`d${levels}`] = { type: 'integer' }
+  assert.throws(() => toGrammarSchema({ type: 'object', properties: { a: { $ref: '#/$defs/d0' } }, $defs: multiplied }, 'schema'), /alternatives at one place/)
 })
 
 await test('a pattern that backtracks without end is stopped by the time bound; the answer is refused, naming why', () => {
@@ -199,23 +223,25 @@ await test('counts past the grammar budget, or too large for llama.cpp to bound,
     assert.ok(Object.values(grammarOf(schema)).every((property) => 'maxLength' in property), JSON.stringify(schema).slice(0, 80))
   }
   // Listed values cannot be checked on the output: past the budget an enum is refused, naming it
-  const values = (n: number): string[] => Array.from({ length: n }, (_, i) => `value_${i}`)
-  assert.throws(() => toGrammarSchema(object(2, () => ({ enum: values(MAX_SCHEMA_REPETITIONS / 8 + 1) })), 'schema'), (err: unknown) =>
-    err instanceof InvalidGenerationRequestError && err.param === 'schema.properties.p1.enum' && /more than 32768 in all/.test(err.message))
-  // Where the answer starts, llama.cpp compares every alternative with every other: at most MAX_START_ALTERNATIVES
-  assert.doesNotThrow(() => toGrammarSchema({ enum: values(MAX_START_ALTERNATIVES) }, 'schema'))
-  assert.throws(() => toGrammarSchema({ enum: values(MAX_START_ALTERNATIVES + 1) }, 'schema'), (err: unknown) =>
-    err instanceof InvalidGenerationRequestError && err.param === 'schema' && /4097 alternatives where the answer starts/.test(err.message))
-  assert.throws(() => toGrammarSchema({ anyOf: [{ enum: values(3000) }, { $ref: '#/$defs/more' }], $defs: { more: { enum: values(3000).map((v) => `${v}!`) } } }, 'schema'), /6000 alternatives/)
-  assert.doesNotThrow(() => toGrammarSchema(object(1, () => ({ enum: values(MAX_START_ALTERNATIVES + 1) })), 'schema'), 'under a property they cost their share of the budget only')
-
+  const values = (n: number, tag = ''): string[] => Array.from({ length: n }, (_, i) => `value_${i}${tag}`)
+  assert.throws(() => toGrammarSchema(object(9, (i) => ({ enum: values(1000, `_${i}`) })), 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema.properties.p8.enum' && err.message.includes(`more than ${MAX_SCHEMA_REPETITIONS} in all`))
+  // At one place llama.cpp tries every alternative for every token: at most MAX_ALTERNATIVES, an enum's or an anyOf's
+  assert.doesNotThrow(() => toGrammarSchema({ enum: values(MAX_ALTERNATIVES) }, 'schema'))
+  assert.throws(() => toGrammarSchema(object(1, () => ({ enum: values(MAX_ALTERNATIVES + 1) })), 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema.properties.p0.enum' && /lists 1025 values/.test(err.message))
+  assert.throws(() => toGrammarSchema({ ...object(1, () => ({ anyOf: [{ enum: values(600) }, { $ref: '#/$defs/more' }] })), $defs: { more: { enum: values(600, '!') } } }, 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema' && /1200 alternatives at one place/.test(err.message))
   // And llama.cpp compiles every grammar made so, at the edges of what it bounds
   const llama = await getSharedLlama(1)
   for (const schema of [
     distinct, counted, long,
     { type: 'string', maxLength: 2000 }, { type: 'string', minLength: 1000, maxLength: 1000 },
     { type: 'array', items: { type: 'number' }, minItems: 1000, maxItems: 1000 }, { type: 'array', prefixItems: [{ type: 'string' }], items: { type: 'number' }, maxItems: 1002 },
-    { type: 'array', items: { type: 'number' }, maxItems: 2001 }, { type: 'object', minProperties: 1000, maxProperties: 2000 }
+    { type: 'array', items: { type: 'number' }, maxItems: 2001 }, { type: 'object', minProperties: 1000, maxProperties: 2000 },
+    { type: 'array', prefixItems: [{ type: 'string' }], items: { type: 'integer' }, maxItems: 668 }, { type: 'array', prefixItems: [{ type: 'null' }], minItems: 1000 },
+    { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: true, maxProperties: 1000 },
+    { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: { type: 'integer' }, minProperties: 666, maxProperties: 666 }
   ]) {
     await assert.doesNotReject(llama.createGrammarForJsonSchema<GbnfJsonSchema>(toGrammarSchema(schema, 'schema')), JSON.stringify(schema).slice(0, 120))
   }
@@ -251,3 +277,47 @@ await test('an answer is walked only where the schema holds something the gramma
   assert.equal(outputViolation(alternatives, { a: 7 }, 'answer'), 'answer.a is not of type string')
   assert.equal(outputViolation(alternatives, { a: 'seven' }, 'answer'), null)
 })
+
+await test('within an anyOf, every keyword decides which alternative the value went through, the grammar\'s own too', () => {
+  const startsWithA = { type: 'string', pattern: '^a' }
+  assert.equal(outputViolation({ anyOf: [startsWithA, { const: 'zzz' }] }, 'zzz', 'answer'), null)
+  assert.equal(outputViolation({ anyOf: [startsWithA, { const: 'zzz' }] }, 'b', 'answer'), 'answer does not match the pattern ^a')
+  assert.equal(outputViolation({ anyOf: [startsWithA, { enum: ['x', 'y'] }] }, 'b', 'answer'), 'answer does not match the pattern ^a')
+  assert.equal(outputViolation({ anyOf: [startsWithA, { type: 'string', maxLength: 3 }] }, 'bb', 'answer'), null)
+  assert.equal(outputViolation({ anyOf: [startsWithA, { type: 'string', maxLength: 3 }] }, 'bbbbbbb', 'answer'), 'answer does not match the pattern ^a')
+  // Objects: by their properties, named, required or not
+  const objects = { anyOf: [{ properties: { a: { type: 'string' } } }, { type: 'object', properties: { b: { type: 'integer', maximum: 5 } }, required: ['b'] }] }
+  assert.equal(outputViolation(objects, { b: 7 }, 'answer'), 'answer has a property b the schema does not name')
+  assert.equal(outputViolation(objects, { b: 3 }, 'answer'), null)
+  assert.equal(outputViolation(objects, { a: 'x' }, 'answer'), null)
+  // A date's lengths are the output's to check: node-llama-cpp writes its shape without them
+  assert.deepEqual(toGrammarSchema({ type: 'string', format: 'date', maxLength: 4 }, 'schema'), { type: 'string', format: 'date' })
+  assert.equal(outputViolation({ type: 'string', format: 'date', maxLength: 4 }, '2024-01-01', 'answer'), 'answer has 10 characters, more than maxLength 4')
+  // A recursive schema's answer is checked however deep the model nested it
+  const tree = { $ref: '#/$defs/node', $defs: { node: { type: 'object', properties: { n: { type: 'integer', minimum: 0 }, child: { $ref: '#/$defs/node' } } } } }
+  let deep: Record<string, unknown> = { n: -1 }
+  for (let i = 0; i < 100; i++) deep = { n: i, child: deep }
+  assert.match(outputViolation(tree, deep, 'answer') ?? '', /^answer(\.child){100}\.n is -1, below the minimum 0$/)
+  // A property named __proto__ is a property
+  const proto = { type: 'object', properties: JSON.parse('{"__proto__": {"type": "string"}}') as object, required: ['__proto__'] }
+  assert.deepEqual(Object.keys((toGrammarSchema(proto, 'schema') as { properties: object }).properties), ['__proto__'])
+})
+
+await test('patterns: many distinct ones, and alternatives matched only by their last, still check in a few walks', () => {
+  const patterned = (n: number): Record<string, unknown> => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: 'array', items: { type: 'string', pattern: `^x${i}_[0-9]+$` } }])) })
+  const answer = Object.fromEntries(Array.from({ length: MAX_SCHEMA_PATTERNS }, (_, i) => [`p${i}`, Array.from({ length: 40 }, (_, j) => `x${i}_${j}`)]))
+  assert.equal(outputViolation(patterned(MAX_SCHEMA_PATTERNS), answer, 'answer'), null)
+  assert.throws(() => toGrammarSchema(patterned(MAX_SCHEMA_PATTERNS + 1), 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === `schema.properties.p${MAX_SCHEMA_PATTERNS}.items.pattern`)
+  const fourth = { type: 'array', items: { anyOf: ['^a', '^b', '^c', '^d'].map((pattern) => ({ type: 'string', pattern })) } }
+  assert.equal(outputViolation(fourth, Array.from({ length: 2000 }, (_, i) => `d${i}`), 'answer'), null)
+  assert.equal(outputViolation(fourth, ['a', 'e'], 'answer'), 'answer[1] does not match the pattern ^a')
+  // Where one alternative's type alone admits the value, its plain parts are passed over as anywhere else
+  const rows = { anyOf: [{ type: 'object', properties: { rows: { type: 'array', items: { type: 'integer' } }, score: { type: 'number', minimum: 0 } } }, { type: 'null' }] }
+  assert.equal(outputViolation(rows, { rows: Array.from({ length: MAX_OUTPUT_CHECK_STEPS * 2 }, (_, i) => i), score: 1 }, 'answer'), null)
+  // A pattern the screen reads in one pass, however it nests: accepted or refused by its shape
+  assert.doesNotThrow(() => toGrammarSchema({ type: 'string', pattern: '\\(+'.repeat(300) }, 'schema'))
+  assert.doesNotThrow(() => toGrammarSchema({ type: 'string', pattern: '^(?:abc)*$' }, 'schema'))
+  for (const pattern of ['^((a+))*$', '^(\\d{2})+$', '^(a|[b*])(c+)*$']) assert.throws(() => toGrammarSchema({ type: 'string', pattern }, 'schema'), /repeated group that itself repeats/, pattern)
+})
+
