@@ -5,7 +5,7 @@ import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { LlamaChat, LlamaCompletion, type BatchItem, type CustomBatchingPrioritizationStrategy, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp'
+import { LlamaChat, LlamaCompletion, type BatchItem, type CustomBatchingPrioritizationStrategy, type GbnfJsonSchema, type LlamaContext, type LlamaModel, type Token } from 'node-llama-cpp'
 import { getSharedLlama, gpuPackages, LocalEngine, nodeLlamaCppPatches, v8Patches, warnInactivePatches, type PatchReport } from '../../src/inference/index.ts'
 import { SequenceOrderedBatching } from '../../src/inference/batching.ts'
 import { compactHeap } from '../../src/inference/heap.ts'
@@ -55,8 +55,8 @@ async function tinyModel (t: TestContext, contextLength = 1024): Promise<{ path:
 await test('every patch of node-llama-cpp is reported, active, against the pinned version', async () => {
   const reports = await nodeLlamaCppPatches()
   assert.deepEqual(reports.map((patch) => patch.name), [
-    'sampling-guard', 'erasures-take-the-lock', 'json-number-grammar', 'token-loop', 'batch-sequence-order',
-    'tokenizer-arrays-released', 'prebuilt-binary-redirect'
+    'sampling-guard', 'erasures-take-the-lock', 'json-number-grammar', 'defs-registered-once', 'token-loop',
+    'batch-sequence-order', 'tokenizer-arrays-released', 'prebuilt-binary-redirect'
   ])
   const pinned = await pinnedNodeLlamaCpp()
   for (const patch of reports) {
@@ -148,6 +148,37 @@ await test('json-number-grammar: a JSON schema\'s integers have no exponent and 
     assert.ok(Number.isSafeInteger(value.n), `${text}: n is a safe integer`)
     assert.ok(Number.isFinite(value.x), `${text}: x is finite`)
   }
+})
+
+await test('defs-registered-once: a schema\'s definitions are registered once, not again at every node, and the grammar is the same', async () => {
+  await assertActive('defs-registered-once')
+  const llama = await getSharedLlama(1)
+  const file = new URL('./utils/gbnfJson/GbnfGrammarGenerator.js', import.meta.resolve('node-llama-cpp')).href
+  const { GbnfGrammarGenerator } = await import(file) as { GbnfGrammarGenerator: new () => { defScopeDefs: object } }
+  // Every registration is a write to the generator's maps (MultiKeyMap, not exported either): counted while the
+  // grammar is written
+  const maps = Object.getPrototypeOf(new GbnfGrammarGenerator().defScopeDefs) as { set: (...args: unknown[]) => unknown }
+  const set = maps.set
+  let writes = 0
+  maps.set = function (this: unknown, ...args: unknown[]) { writes++; return set.apply(this, args) }
+  const defs = 300
+  const schema = {
+    type: 'object',
+    properties: Object.fromEntries(Array.from({ length: defs }, (_, i) => [`p${i}`, { $ref: `#/$defs/d${i}` }])),
+    $defs: Object.fromEntries(Array.from({ length: defs }, (_, i) => [`d${i}`, { type: 'object', properties: { v: { type: 'array', items: { type: 'string' } } } }]))
+  }
+  let text: string
+  try {
+    text = (await llama.createGrammarForJsonSchema<GbnfJsonSchema>(schema as GbnfJsonSchema)).grammar
+  } finally {
+    maps.set = set
+  }
+  // Without the patch: one write per definition at each of the ~1,500 nodes, about 450,000
+  assert.ok(writes < 10 * defs, `${writes} map writes for ${defs} definitions`)
+  // Every property is written, each with its definition's rule
+  const properties = [...text.matchAll(/"\\"p(\d+)\\"" ":" \[ \]\? (\S+)/g)]
+  assert.equal(properties.length, defs, 'every property is in the grammar')
+  assert.ok(properties.every(([, , rule]) => new RegExp(`^${rule} ::= `, 'm').test(text)), 'each names a rule the grammar defines')
 })
 
 await test('token-loop: a plain chat runs on our own loop, never on LlamaChat or LlamaCompletion', async (t) => {

@@ -237,6 +237,58 @@ async function boundNumberGrammar (): Promise<string | null> {
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
+// defs-registered-once
+
+const REGISTERED_ONCE = Symbol.for('meshnode.defsRegisteredOnce')
+
+interface DefsRegistry { registerDefs (this: object, scopeDefs: unknown): void }
+
+/**
+ * node-llama-cpp writes a JSON schema's grammar (`GbnfGrammarGenerator`), and its TypeScript-like text for a tool's
+ * documentation (`DefScopeDefs`), registering every definition of the schema's `$defs` again at every object, array,
+ * anyOf and $ref it meets: one map write per definition each time, so definitions × nodes on the event loop (2,000
+ * of each: 4 s). The definitions object is the same one at every node of a scope (`joinDefs` returns its parent when
+ * a node adds none), and registering it again writes the same entries: each registry registers an object once.
+ * Neither class is exported; each is reached by its file, the module node-llama-cpp itself loaded.
+ */
+async function registerDefsOnce (): Promise<string | null> {
+  const registries: Array<[string, string]> = [['./utils/gbnfJson/GbnfGrammarGenerator.js', 'GbnfGrammarGenerator'], ['./utils/gbnfJson/utils/defsScope.js', 'DefScopeDefs']]
+  const prototypes: Array<Prototype & DefsRegistry> = []
+  for (const [file, name] of registries) {
+    let Class: unknown
+    try {
+      Class = (await import(packageFile(file).href) as Record<string, unknown>)[name]
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ERR_MODULE_NOT_FOUND') throw err
+      return `${file.slice(2)} is gone` // moved: reported, and the test names it
+    }
+    if (typeof Class !== 'function') return `${file.slice(2)} no longer exports ${name}`
+    const prototype = prototypeOf(Class as { prototype: object }) as Prototype & DefsRegistry
+    if (prototype[REGISTERED_ONCE] === true) continue
+    const problem = signatureProblem(name, 'registerDefs', prototype.registerDefs, '(scopeDefs)')
+    if (problem != null) return problem
+    prototypes.push(prototype)
+  }
+  for (const prototype of prototypes) {
+    const original = prototype.registerDefs
+    const registered = new WeakMap<object, WeakSet<object>>()
+    const once = function (this: object, scopeDefs: unknown): void {
+      if (typeof scopeDefs === 'object' && scopeDefs !== null) {
+        let seen = registered.get(this)
+        if (seen == null) registered.set(this, seen = new WeakSet())
+        if (seen.has(scopeDefs)) return
+        seen.add(scopeDefs)
+      }
+      original.call(this, scopeDefs)
+    }
+    ;(once as unknown as Prototype)[ORIGINAL] = original
+    prototype.registerDefs = once
+    prototype[REGISTERED_ONCE] = true
+  }
+  return null
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
 // token-loop: the private parts our own token loop (token-loop.ts) drives
 
 type StopTrigger = ReadonlyArray<string | Token>
@@ -535,6 +587,11 @@ async function applyPatches (): Promise<Patched> {
         name: 'json-number-grammar',
         reason: 'a JSON grammar admits integers with exponents and numbers that parse to Infinity, so constrained tool calls fail and response_format answers break their schema',
         problem: await boundNumberGrammar()
+      },
+      {
+        name: 'defs-registered-once',
+        reason: 'writing a JSON schema\'s grammar or a tool\'s documentation registers every $defs entry again at every node: definitions × nodes on the event loop',
+        problem: await registerDefsOnce()
       },
       {
         name: 'token-loop',
