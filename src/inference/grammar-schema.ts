@@ -43,9 +43,10 @@ const ENUM_VALUE_REPETITIONS = 4
  */
 export const MAX_ALTERNATIVES = 1024
 /**
- * Most subschemas one schema may hold, its $defs included. node-llama-cpp writes its grammar, and llama.cpp parses
- * it, on the event loop, in time that grows with them (measured: 5,000 properties take about 100 ms, 10,000 nested
- * ones 250 ms); real schemas hold tens to hundreds (OpenAI takes up to 5,000 properties).
+ * Most subschemas one schema may hold, its $defs included, weighed by what they cost (ANY_VALUE_WEIGHT).
+ * node-llama-cpp writes its grammar, and llama.cpp parses it, on the event loop, in time that grows with them
+ * (measured: 5,000 properties take about 100 ms, 10,000 nested ones 250 ms); real schemas hold tens to hundreds
+ * (OpenAI takes up to 5,000 properties).
  */
 export const MAX_SCHEMA_SUBSCHEMAS = 4096
 /**
@@ -54,6 +55,27 @@ export const MAX_SCHEMA_SUBSCHEMAS = 4096
  * (measured: a chain of 500 definitions takes 130 ms, of 2,000 overflows its stack).
  */
 export const MAX_REF_NESTING = 4 * MAX_SCHEMA_DEPTH
+/**
+ * What node-llama-cpp's grammar writer spends on a value of any JSON, in plain subschemas (measured: about 1 ms for
+ * `true` or `{}`, half that for an object of any properties, a quarter for an array of any items, against 0.03 ms for a
+ * string): these count so many toward MAX_SCHEMA_SUBSCHEMAS.
+ */
+const ANY_VALUE_WEIGHT = 32
+const FREE_OBJECT_WEIGHT = 16
+const FREE_ARRAY_WEIGHT = 8
+
+/** Counts `weight` subschemas at `path` toward MAX_SCHEMA_SUBSCHEMAS. */
+function grow (ctx: Conversion, weight: number, path: string): void {
+  ctx.subschemas += weight
+  if (ctx.subschemas > MAX_SCHEMA_SUBSCHEMAS) throw invalid(path, `brings the schema to more than ${MAX_SCHEMA_SUBSCHEMAS} subschemas (a value of any JSON counts ${ANY_VALUE_WEIGHT}), more than constrained output can compile`)
+}
+
+/** `true` or `{}`: any JSON value. */
+function anyValue (ctx: Conversion, path: string): GbnfJsonSchema {
+  grow(ctx, ANY_VALUE_WEIGHT - 1, path)
+  return ANY_VALUE
+}
+
 /** A definition's name, or null for the schema's root. */
 type SchemaPart = string | null
 /** What converting one schema carries along: the names its $refs may point at, its size and its grammar budget so far. */
@@ -155,12 +177,12 @@ export function toOutputSchema (schema: unknown, param: string): OutputSchema {
 
 function convert (schema: unknown, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
   if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
-  if (++ctx.subschemas > MAX_SCHEMA_SUBSCHEMAS) throw invalid(path, `brings the schema to more than ${MAX_SCHEMA_SUBSCHEMAS} subschemas, more than constrained output can compile`)
+  grow(ctx, 1, path)
   if (depth > (ctx.deepest.get(ctx.part) ?? 0)) ctx.deepest.set(ctx.part, depth)
-  if (schema === true) return ANY_VALUE
+  if (schema === true) return anyValue(ctx, path)
   if (!isSchemaObject(schema)) throw invalid(path, 'must be a JSON Schema object')
   const s = stripAnnotations(schema)
-  if (Object.keys(s).length === 0) return ANY_VALUE
+  if (Object.keys(s).length === 0) return anyValue(ctx, path)
 
   if (s.$ref !== undefined) {
     only(s, path, ['$ref'])
@@ -307,6 +329,7 @@ function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conve
   // JSON Schema allows any extra property by default; node-llama-cpp allows none. With no properties named,
   // "none" would force `{}`, so we keep the schema's meaning; with properties named, forbidding extras still
   // yields only valid objects.
+  if (extra === true || (extra === undefined && s.properties === undefined)) grow(ctx, FREE_OBJECT_WEIGHT, path)
   const additionalProperties = extra === undefined
     ? s.properties === undefined
     : typeof extra === 'boolean' ? extra : convert(extra, `${path}.additionalProperties`, depth + 1, ctx)
@@ -322,6 +345,7 @@ function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conve
 function convertArray (s: SchemaObject, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
   const counts = grammarCounts(s, path, ['minItems', 'maxItems'], ctx, 'collection')
   if (s.prefixItems !== undefined && !Array.isArray(s.prefixItems)) throw invalid(`${path}.prefixItems`, 'must be an array of schemas')
+  if (s.items === undefined) grow(ctx, FREE_ARRAY_WEIGHT, path)
   return {
     type: 'array',
     ...(s.items !== undefined ? { items: convert(s.items, `${path}.items`, depth + 1, ctx) } : {}),

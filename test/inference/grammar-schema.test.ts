@@ -77,6 +77,11 @@ await test('a schema nested deeper than the limit is refused instead of recursin
   assert.doesNotThrow(() => toGrammarSchema(wide(MAX_SCHEMA_SUBSCHEMAS - 1), 'schema'))
   assert.throws(() => toGrammarSchema(wide(MAX_SCHEMA_SUBSCHEMAS), 'schema'), (err: unknown) =>
     err instanceof InvalidGenerationRequestError && err.param === `schema.properties.p${MAX_SCHEMA_SUBSCHEMAS - 1}` && /more than 4096 subschemas/.test(err.message))
+  // A value of any JSON costs node-llama-cpp as much as 32 others: 127 fit beside their object, 128 do not
+  const free = (n: number, value: unknown): object => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, value])) })
+  assert.doesNotThrow(() => toGrammarSchema(free(127, true), 'schema'))
+  assert.throws(() => toGrammarSchema(free(128, {}), 'schema'), /more than 4096 subschemas \(a value of any JSON counts 32\)/)
+  assert.throws(() => toGrammarSchema({ ...free(2047, true), $defs: Object.fromEntries(Array.from({ length: 2046 }, (_, i) => [`d${i}`, true])) }, 'schema'), /more than 4096 subschemas/)
 })
 
 await test('bounds and patterns the grammar cannot express are checked on the output, wherever they sit in the schema', () => {
