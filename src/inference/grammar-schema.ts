@@ -818,27 +818,59 @@ function compilePattern (pattern: unknown, param: string): RegExp {
   return compiled
 }
 
+/** One atom of a group, as `repeatsRepetition` reads it: a literal character, or anything else; and whether it repeats. */
+interface Atom { literal: boolean, repeated: boolean }
+interface Group { holds: boolean, first: Atom | null, last: Atom | null, alternatives: boolean }
+
 /**
- * Whether `pattern` repeats (`*`, `+`, `{`) a group that holds a repetition anywhere inside it (`(a+)+`, `((a|b)*)*`,
- * `(\d{2})*`), in one pass: escapes and character classes are skipped, and the `?` of `(?:`, `(?=` is no repetition.
+ * Whether `pattern` repeats without bound (`*`, `+`, `{n,}`) a group that holds a repetition and is not delimited by a
+ * literal character at its start or its end: `(a+)+`, `(\w*\d)*`, `((a|b)+)*`, the shapes that backtrack
+ * exponentially. A group with a literal separator (`(-[a-z0-9]+)*`, `([a-z0-9]+\.)+`), one whose counts are exact
+ * (`([0-9a-f]{4})*`), or one repeated a bounded number of times (`(\d{1,3}\.){3}`) is taken; every match runs under
+ * MAX_PATTERN_CHECK_MS all the same. One pass: escapes
+ * (`\p{…}`, `\u{…}` included) and character classes are read as single atoms.
  */
 function repeatsRepetition (pattern: string): boolean {
-  const groups: boolean[] = [] // per open group: whether it holds a repetition so far
+  const groups: Group[] = [{ holds: false, first: null, last: null, alternatives: false }]
+  const atom = (literal: boolean): void => {
+    const group = groups[groups.length - 1]
+    group.last = { literal, repeated: false }
+    group.first ??= group.last
+  }
   for (let i = 0; i < pattern.length; i++) {
     const c = pattern[i]
+    const group = groups[groups.length - 1]
     if (c === '\\') {
-      i++
+      const escaped = pattern[++i] ?? ''
+      if ('pPu'.includes(escaped) && pattern[i + 1] === '{') i = Math.max(i, pattern.indexOf('}', i))
+      atom(!/[dDwWsSbBpPk1-9]/.test(escaped))
     } else if (c === '[') {
       for (i++; i < pattern.length && pattern[i] !== ']'; i++) if (pattern[i] === '\\') i++
+      atom(false)
     } else if (c === '(') {
-      groups.push(false)
-      if (pattern[i + 1] === '?') i++
-    } else if (c === ')') {
-      const holds = groups.pop() === true
-      if (holds && '*+{'.includes(pattern[i + 1] ?? '-')) return true
-      if (holds && groups.length > 0) groups[groups.length - 1] = true
-    } else if ('*+?{'.includes(c) && groups.length > 0) {
-      groups[groups.length - 1] = true
+      groups.push({ holds: false, first: null, last: null, alternatives: false })
+      // The `?` of (?: (?= (?! (?<= (?<! (?<name> is no repetition, nor is what follows it an atom
+      if (pattern[i + 1] === '?') i = pattern[i + 2] === '<' && !'=!'.includes(pattern[i + 3] ?? '') ? Math.max(i, pattern.indexOf('>', i)) : i + (pattern[i + 2] === '<' ? 3 : 2)
+    } else if (c === ')' && groups.length > 1) {
+      const closed = groups.pop() as Group
+      const delimited = !closed.alternatives && [closed.first, closed.last].some((end) => end != null && end.literal && !end.repeated)
+      const unbounded = pattern[i + 1] === '*' || pattern[i + 1] === '+' || /^\{\d+,\}/.test(pattern.slice(i + 1, i + 16))
+      if (closed.holds && !delimited && unbounded) return true
+      const parent = groups[groups.length - 1]
+      atom(false)
+      if (closed.holds) parent.holds = true
+    } else if (c === '|') {
+      group.alternatives = true
+    } else if ('*+?{'.includes(c)) {
+      const count = c === '{' ? /^\{(\d+)(,(\d*))?\}/.exec(pattern.slice(i, i + 24)) : null
+      if (c === '{') i = Math.max(i, pattern.indexOf('}', i))
+      if (pattern[i + 1] === '?') i++ // lazy
+      // An exact count (`{4}`) is a longer atom, not a choice of how many
+      if (count != null && (count[2] === undefined || count[3] === count[1])) continue
+      if (group.last != null) group.last.repeated = true
+      group.holds = true
+    } else if (c !== '^' && c !== '$') {
+      atom(c !== '.')
     }
   }
   return false

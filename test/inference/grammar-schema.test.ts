@@ -323,6 +323,22 @@ await test('patterns: many distinct ones, and alternatives matched only by their
   // A pattern the screen reads in one pass, however it nests: accepted or refused by its shape
   assert.doesNotThrow(() => toGrammarSchema({ type: 'string', pattern: '\\(+'.repeat(300) }, 'schema'))
   assert.doesNotThrow(() => toGrammarSchema({ type: 'string', pattern: '^(?:abc)*$' }, 'schema'))
-  for (const pattern of ['^((a+))*$', '^(\\d{2})+$', '^(a|[b*])(c+)*$']) assert.throws(() => toGrammarSchema({ type: 'string', pattern }, 'schema'), /repeated group that itself repeats/, pattern)
+  for (const pattern of ['^((a+))*$', '^(\\d{2,3})+$', '^(a|[b*])(c+)*$', '^(\\w*\\d)*$', '^((a|b)+)*$', '^(?<n>a+)+$']) {
+    assert.throws(() => toGrammarSchema({ type: 'string', pattern }, 'schema'), /repeated group that itself repeats/, pattern)
+  }
+  // What real schemas hold is taken: groups delimited by a literal, exact counts, bounded repetitions, \p{…} classes
+  // (IPv4, DNS-1123 names, zod's email and base64, slugs, colours, versions, semver, emoji)
+  for (const pattern of [
+    '^((25[0-5]|2[0-4]\\d|[01]?\\d\\d?)\\.){3}(25[0-5]|2[0-4]\\d|[01]?\\d\\d?)$',
+    '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$',
+    "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$",
+    '^(?:[0-9a-zA-Z+/]{4})*(?:|(?:[0-9a-zA-Z+/]{2}==)|(?:[0-9a-zA-Z+/]{3}=))$',
+    '^[a-z0-9]+(?:-[a-z0-9]+)*$', '^#([0-9a-fA-F]{3}){1,2}$', '^\\d+(\\.\\d+)*$',
+    '^(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(?:-((?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\\.(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?$',
+    '^(\\p{Extended_Pictographic}|\\p{Emoji_Component})+$'
+  ]) {
+    assert.doesNotThrow(() => toGrammarSchema({ type: 'string', pattern }, 'schema'), pattern)
+  }
+  assert.equal(outputViolation({ type: 'string', pattern: '^[a-z0-9]+(?:-[a-z0-9]+)*$' }, 'a-slug-2', 'answer'), null)
 })
 
