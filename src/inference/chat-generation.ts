@@ -127,7 +127,7 @@ async function grammarFor (llama: Llama, format: ResponseFormat | null | undefin
     try {
       return { grammar: await llama.createGrammarForJsonSchema<GbnfJsonSchema>(schema.grammar), schema }
     } catch (err) {
-      // What toGrammarSchema let through and llama.cpp's grammar parser still refuses is the caller's schema too
+      // What toOutputSchema let through and llama.cpp's grammar parser still refuses is the caller's schema too
       throw new InvalidGenerationRequestError(`response_format's schema cannot be compiled into a grammar (${err instanceof Error ? err.message : String(err)})`, 'responseFormat.json_schema.schema')
     }
   }

@@ -117,7 +117,7 @@ const ANNOTATIONS = new Set([
   '$schema', '$id', '$comment', 'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly'
 ])
 /**
- * Keywords a grammar here cannot express, checked on the output instead (`outputViolation`): an answer or a tool call
+ * Keywords a grammar here cannot express, checked on the output instead (`OutputSchema.violation`): an answer or a tool call
  * that breaks one fails rather than reach the caller. Bounds that cannot constrain a JSON number the grammar admits
  * (the safe-integer range, which zod writes on every integer) are no constraint at all.
  */
