@@ -195,6 +195,7 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
   if (s.const !== undefined) {
     only(s, path, ['const', 'type'])
     if (!isPrimitive(s.const)) throw invalid(`${path}.const`, 'must be a string, number, boolean or null')
+    if (!ofType(s.type, s.const)) throw invalid(`${path}.const`, 'is not of the schema\'s type, so no value can hold')
     return { const: s.const }
   }
   if (s.enum !== undefined) {
@@ -203,11 +204,14 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
       throw invalid(`${path}.enum`, 'must be a non-empty array of strings, numbers, booleans or nulls')
     }
     if (s.enum.length > MAX_ALTERNATIVES) throw invalid(`${path}.enum`, `lists ${s.enum.length} values; constrained output takes at most ${MAX_ALTERNATIVES}`)
+    // The grammar lists the values: those not of the schema's type are not offered
+    const values = s.enum.filter((value) => ofType(s.type, value))
+    if (values.length === 0) throw invalid(`${path}.enum`, 'lists no value of the schema\'s type, so no value can hold')
     // Listed values cannot be checked on the output instead
-    if (!spend(ctx, s.enum.length * ENUM_VALUE_REPETITIONS)) {
+    if (!spend(ctx, values.length * ENUM_VALUE_REPETITIONS)) {
       throw invalid(`${path}.enum`, `brings the schema's listed values and counts to more than ${MAX_SCHEMA_REPETITIONS} in all, more than constrained output can compile`)
     }
-    return { enum: s.enum }
+    return { enum: values }
   }
   const alternatives = s.anyOf ?? s.oneOf
   if (alternatives !== undefined) {
@@ -264,6 +268,11 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
     return { type: 'string', ...counts } as GbnfJsonSchema
   }
   return { type: type as 'boolean' }
+}
+
+/** Whether `value` is of `type` (a schema's `type`: a name, a list of names, or none for any). */
+function ofType (type: unknown, value: unknown): boolean {
+  return type === undefined || admits(Array.isArray(type) ? type as string[] : [String(type)], value)
 }
 
 /** Integers in a range this short are written out in the grammar (`integerRange`). */
@@ -330,6 +339,8 @@ function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conve
   // "none" would force `{}`, so we keep the schema's meaning; with properties named, forbidding extras still
   // yields only valid objects.
   if (extra === true || (extra === undefined && s.properties === undefined)) grow(ctx, FREE_OBJECT_WEIGHT, path)
+  const unnamed = Array.isArray(s.required) ? (s.required as string[]).find((name) => !Object.hasOwn(properties, name)) : undefined
+  if (unnamed !== undefined && extra === false) throw invalid(`${path}.required`, `requires ${unnamed}, a property the schema neither names nor allows`)
   const additionalProperties = extra === undefined
     ? s.properties === undefined
     : typeof extra === 'boolean' ? extra : convert(extra, `${path}.additionalProperties`, depth + 1, ctx)
@@ -582,6 +593,7 @@ class OutputChecks {
       Object.values(CHECKED_ON_OUTPUT).some((keys) => keys.some((key) => schema[key] !== undefined)) ||
       (typeof schema.format === 'string' && Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, schema.format)) ||
       (this.#counts && COUNT_KEYWORDS.some((key) => schema[key] !== undefined)) ||
+      requiresUnnamed(schema) ||
       [
         ...(isSchemaObject(schema.properties) ? Object.values(schema.properties) : []),
         schema.additionalProperties, schema.items,
@@ -649,9 +661,10 @@ class OutputChecks {
       const counted = counts ? countViolation(schema, 'minProperties', 'maxProperties', Object.keys(value).length, at, 'properties') : null
       if (counted != null) return counted
       const properties = isSchemaObject(schema.properties) ? schema.properties : {}
+      // The grammar writes every named property; one required and not named it cannot
+      const missing = (strict || requiresUnnamed(schema)) && Array.isArray(schema.required) ? schema.required.find((name) => typeof name === 'string' && !Object.hasOwn(value, name)) : undefined
+      if (missing !== undefined) return `${at} has no property ${String(missing)}`
       if (strict) {
-        const missing = Array.isArray(schema.required) ? schema.required.find((name) => typeof name === 'string' && !Object.hasOwn(value, name)) : undefined
-        if (missing !== undefined) return `${at} has no property ${String(missing)}`
         // As the grammar has it: with properties named and nothing said, no others
         const extra = schema.additionalProperties
         const others = extra === undefined ? schema.properties === undefined : extra !== false
@@ -706,6 +719,18 @@ class OutputChecks {
     matchAsked(walk)
     return byText.get(text) === true
   }
+}
+
+/**
+ * Whether an object schema requires a property it does not name, and allows properties it does not name: what its
+ * grammar cannot hold (it writes every named property). With named properties and nothing said of others, its
+ * grammar allows none, and such a `required` is left unheld, as JSON Schema's lenient readers do.
+ */
+function requiresUnnamed (schema: SchemaObject): boolean {
+  const extra = schema.additionalProperties
+  const others = extra === undefined ? schema.properties === undefined : extra !== false
+  return others && Array.isArray(schema.required) &&
+    schema.required.some((name) => typeof name === 'string' && !(isSchemaObject(schema.properties) && Object.hasOwn(schema.properties, name)))
 }
 
 /** A schema's types: its `type`, or the one its keywords imply (`properties`: an object); null for any. */

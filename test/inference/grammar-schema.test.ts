@@ -295,6 +295,16 @@ await test('within an anyOf, every keyword decides which alternative the value w
   assert.equal(outputViolation(objects, { b: 7 }, 'answer'), 'answer has a property b the schema does not name')
   assert.equal(outputViolation(objects, { b: 3 }, 'answer'), null)
   assert.equal(outputViolation(objects, { a: 'x' }, 'answer'), null)
+  // A required property the schema does not name: checked where others are allowed, a contradiction where they are not
+  const loose = { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: true, required: ['a', 'b'] }
+  assert.equal(outputViolation(loose, { a: 'x' }, 'answer'), 'answer has no property b')
+  assert.equal(outputViolation(loose, { a: 'x', b: 1 }, 'answer'), null)
+  assert.throws(() => toGrammarSchema({ ...loose, additionalProperties: false }, 'schema'), (err: unknown) =>
+    err instanceof InvalidGenerationRequestError && err.param === 'schema.required' && /requires b/.test(err.message))
+  // Listed values of another type than the schema's are not offered; none left, or a const of another type, is refused
+  assert.deepEqual(toGrammarSchema({ type: 'string', enum: ['a', 1, null] }, 'schema'), { enum: ['a'] })
+  assert.throws(() => toGrammarSchema({ type: 'string', enum: [1] }, 'schema'), /lists no value of the schema's type/)
+  assert.throws(() => toGrammarSchema({ type: 'integer', const: 'x' }, 'schema'), /is not of the schema's type/)
   // A date's lengths are the output's to check: node-llama-cpp writes its shape without them
   assert.deepEqual(toGrammarSchema({ type: 'string', format: 'date', maxLength: 4 }, 'schema'), { type: 'string', format: 'date' })
   assert.equal(outputViolation({ type: 'string', format: 'date', maxLength: 4 }, '2024-01-01', 'answer'), 'answer has 10 characters, more than maxLength 4')
