@@ -665,10 +665,7 @@ class OutputChecks {
       const missing = (strict || requiresUnnamed(schema)) && Array.isArray(schema.required) ? schema.required.find((name) => typeof name === 'string' && !Object.hasOwn(value, name)) : undefined
       if (missing !== undefined) return `${at} has no property ${String(missing)}`
       if (strict) {
-        // As the grammar has it: with properties named and nothing said, no others
-        const extra = schema.additionalProperties
-        const others = extra === undefined ? schema.properties === undefined : extra !== false
-        const unnamed = others ? undefined : Object.keys(value).find((key) => !Object.hasOwn(properties, key))
+        const unnamed = allowsUnnamed(schema) ? undefined : Object.keys(value).find((key) => !Object.hasOwn(properties, key))
         if (unnamed !== undefined) return `${at} has a property ${unnamed} the schema does not name`
       }
       for (const [key, item] of Object.entries(value)) {
@@ -727,10 +724,14 @@ class OutputChecks {
  * grammar allows none, and such a `required` is left unheld, as JSON Schema's lenient readers do.
  */
 function requiresUnnamed (schema: SchemaObject): boolean {
-  const extra = schema.additionalProperties
-  const others = extra === undefined ? schema.properties === undefined : extra !== false
-  return others && Array.isArray(schema.required) &&
+  return allowsUnnamed(schema) && Array.isArray(schema.required) &&
     schema.required.some((name) => typeof name === 'string' && !(isSchemaObject(schema.properties) && Object.hasOwn(schema.properties, name)))
+}
+
+/** Whether an object schema's grammar allows properties it does not name: with some named and nothing said, none. */
+function allowsUnnamed (schema: SchemaObject): boolean {
+  const extra = schema.additionalProperties
+  return extra === undefined ? schema.properties === undefined : extra !== false
 }
 
 /** A schema's types: its `type`, or the one its keywords imply (`properties`: an object); null for any. */
