@@ -352,7 +352,7 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
    * Opens a stream to a peer by nodeID, on the connection we hold (direct or relayed) or a new one. Throws
    * `NotFoundError` for a node that is not a peer, `UnavailableError` when it cannot be reached.
    */
-  async open (nodeID: string, protocol: string, options: { signal?: AbortSignal } = {}): Promise<Stream> {
+  async open (nodeID: string, protocol: string | string[], options: { signal?: AbortSignal } = {}): Promise<Stream> {
     const host = this.#host
     if (host == null) throw new UnavailableError('The peer network is not started')
     if (!this.#table.has(nodeID) && this.#admission.typeOf(nodeID) == null) throw new NotFoundError(`Peer ${nodeID} is not connected (not in the peer table)`)

@@ -1,7 +1,7 @@
 import { z } from 'zod'
 import {
   MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH, MAX_LOGIT_BIAS, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_STRINGS, MAX_STOP_STRING_CHARS,
-  MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS, type InferenceRequest
+  MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_DESCRIPTION_CHARS, MAX_TOOL_NAME_CHARS, type ChatUsage, type DoneEvent, type InferenceEvent, type InferenceRequest
 } from '../inference/index.ts'
 import { JsonObject, JsonText, ProtocolError } from '../wire/index.ts'
 import { ModelIDString } from '../network/index.ts'
@@ -19,10 +19,10 @@ export const INFER_PROTOCOL = '/meshnode/infer/1.1.0'   // new version on any wi
 /**
  * 1.2.0 adds a reasoning model's thought (`reasoning` frames; a chat's `thoughtTokens`, and `reasoning` on assistant
  * messages sent back). A server sends thoughts only on it: on older streams a thought is left out (never mixed into the
- * answer). A requester asks on it when its request sets a thought budget or sends thoughts back.
+ * answer). A requester offers it first for every request (`inferProtocols`).
  */
 export const INFER_PROTOCOL_REASONING = '/meshnode/infer/1.2.0'
-/** Plain chats only: what nodes before 1.1.0 serve. A plain chat still goes out on it, so that older peers serve it. */
+/** Plain chats only: what nodes before 1.1.0 serve. A plain chat still offers it, so that older peers serve it. */
 export const INFER_PROTOCOL_CHAT = '/meshnode/infer/1.0.0'
 /** The HTTP API takes bodies up to 1 MiB; the same messages, re-encoded, fit here. */
 export const MAX_INFER_REQUEST_BYTES = 2 * 1024 * 1024
@@ -104,13 +104,24 @@ export const InferRequest = z.object({
 })
 export type InferRequest = z.input<typeof InferRequest>
 
-/** Whether `request` needs 1.1.0, or an older peer can serve it on 1.0.0 (a chat without tools and logit_bias). */
+/**
+ * The versions a requester offers for `request`, newest first: the peer picks the newest it serves. A chat goes out on
+ * 1.2.0 wherever the peer serves it, so that a reasoning model's thought reaches the requester, which pays for it; an
+ * older peer serves what its version can carry (a plain chat on 1.0.0, anything else but thoughts on 1.1.0).
+ */
+export function inferProtocols (request: InferenceRequest): string[] {
+  if (needsInfer12(request)) return [INFER_PROTOCOL_REASONING]
+  if (needsInfer11(request)) return [INFER_PROTOCOL_REASONING, INFER_PROTOCOL]
+  return [INFER_PROTOCOL_REASONING, INFER_PROTOCOL, INFER_PROTOCOL_CHAT]
+}
+
 /** Whether `request` needs 1.2.0: a thought budget, or thoughts sent back. */
-export function needsInfer12 (request: InferenceRequest): boolean {
+function needsInfer12 (request: InferenceRequest): boolean {
   return request.kind === 'chat' && (request.thoughtTokens != null || request.messages.some(message => message.reasoning != null && message.reasoning !== ''))
 }
 
-export function needsInfer11 (request: InferenceRequest): boolean {
+/** Whether `request` needs 1.1.0, or an older peer can serve it on 1.0.0 (a chat without tools and logit_bias). */
+function needsInfer11 (request: InferenceRequest): boolean {
   if (request.kind !== 'chat') return true
   return (request.tools?.length ?? 0) > 0 || request.toolChoice != null || Object.keys(request.logitBias ?? {}).length > 0 ||
     request.messages.some(message => message.role === 'tool' || (message.toolCalls?.length ?? 0) > 0)
@@ -204,4 +215,64 @@ export class AnswerCheck {
 
 function invalid (what: string): ProtocolError {
   return new ProtocolError(`Answer out of protocol: ${what}`, 'invalid')
+}
+
+/**
+ * Tokens an answer may hold beyond those the requester sees: an end-of-text token, a chat template's closing tokens,
+ * the markers around a thought. Every token the requester sees carries at least one byte of text, so an answer is
+ * paid for at most the UTF-8 bytes it delivered plus these.
+ */
+export const UNSEEN_ANSWER_TOKENS = 64
+/** Unseen tokens per tool call: the template's wrapping of its name and arguments. */
+export const UNSEEN_TOOL_CALL_TOKENS = 64
+/** Tokens an embedding input may be read as beyond one per byte: the beginning and end tokens a model adds. */
+export const UNSEEN_INPUT_TOKENS = 16
+
+/**
+ * How many tokens a peer may be paid for its answer to `request`: a server reports its own count in `done`, and a
+ * requester cannot count tokens without the model, so it bounds the count by what it received. The tokens an answer
+ * generated are at most the bytes of its text, thoughts, call names and arguments (and of the stop string that ended
+ * it), plus UNSEEN_ANSWER_TOKENS and UNSEEN_TOOL_CALL_TOKENS a call, and at most its `maxTokens` plus its thought
+ * budget; the tokens an embeddings request reads are at most its inputs' bytes plus UNSEEN_INPUT_TOKENS each. A thought
+ * an older server left out of its answer (before 1.2.0) is not paid for: the requester never received it.
+ */
+export class BillableTokens {
+  readonly #request: InferenceRequest
+  #bytes = 0
+  #calls = 0
+
+  constructor (request: InferenceRequest) {
+    this.#request = request
+  }
+
+  /** Counts what the answer delivered. */
+  add (event: InferenceEvent): void {
+    switch (event.type) {
+      case 'delta':
+      case 'reasoning':
+      case 'tool_arguments':
+        this.#bytes += Buffer.byteLength(event.text)
+        return
+      case 'tool_call':
+        this.#calls++
+        this.#bytes += Buffer.byteLength(event.name)
+        return
+      default:
+    }
+  }
+
+  /** `done`'s usage with the tokens billed (generated; for embeddings, read) cut to what the answer can hold. */
+  usage (done: DoneEvent): ChatUsage {
+    const request = this.#request
+    const { usage } = done
+    if (request.kind === 'embeddings') {
+      const most = request.input.reduce((sum, input) => sum + Buffer.byteLength(input) + UNSEEN_INPUT_TOKENS, 0)
+      const promptTokens = Math.min(usage.promptTokens, most)
+      return { ...usage, promptTokens, totalTokens: promptTokens + usage.completionTokens }
+    }
+    let most = this.#bytes + Buffer.byteLength(done.stopSequence ?? '') + UNSEEN_ANSWER_TOKENS + this.#calls * UNSEEN_TOOL_CALL_TOKENS
+    if (request.maxTokens != null) most = Math.min(most, request.maxTokens + (request.kind === 'chat' ? request.thoughtTokens ?? 0 : 0))
+    const completionTokens = Math.min(usage.completionTokens, most)
+    return { ...usage, completionTokens, totalTokens: usage.promptTokens + completionTokens }
+  }
 }

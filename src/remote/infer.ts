@@ -5,14 +5,14 @@ import type { InferenceEvent, InferenceRequest } from '../inference/index.ts'
 import type { PeerGeneration } from '../serving/index.ts'
 import { ProtocolError, askPeer, batchesWithKeepAlives, isHostile, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
 import {
-  AnswerCheck, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
-  needsInfer11, needsInfer12, type InferErrorKind
+  AnswerCheck, INFER_PROTOCOL_REASONING, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES, inferProtocols,
+  type InferErrorKind
 } from './infer-wire.ts'
 import type { RemotePeer } from '../network/index.ts'
 
 export {
   INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, INFER_ERROR_KINDS, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES,
-  WireChatRequest, WireRequest, needsInfer11
+  WireChatRequest, WireRequest, BillableTokens, UNSEEN_ANSWER_TOKENS, UNSEEN_INPUT_TOKENS, UNSEEN_TOOL_CALL_TOKENS, inferProtocols
 } from './infer-wire.ts'
 export type { InferErrorKind } from './infer-wire.ts'
 
@@ -196,16 +196,16 @@ export interface RequestInferenceOptions {
 }
 
 /**
- * The requesting side of one attempt: sends the request to `nodeID` and yields the peer's events. A plain chat goes
- * out on 1.0.0, which every peer serves; anything else on 1.1.0, which an older peer refuses when the stream opens
- * (UnavailableError: the router tries the next peer). Throws `RemoteInferenceError` for the peer's error frame,
+ * The requesting side of one attempt: sends the request to `nodeID` and yields the peer's events, on the newest version
+ * of `inferProtocols(request)` the peer serves; a peer serving none of them refuses the stream (UnavailableError: the
+ * router tries the next peer). Throws `RemoteInferenceError` for the peer's error frame,
  * `ProtocolError` for a broken answer (a missing last frame, frames the request cannot have, or more answer than the
  * request allows: `too_large`; the peer is reported), `ProtocolError` `timeout` for an answer that stopped coming or
  * was not finished within `answerDeadlineMs`, UnavailableError when the peer cannot be reached. Leaving early, or
  * aborting `signal`, resets the stream, which cancels the generation at the peer.
  */
 export async function * requestInference (peers: PeerStreams, nodeID: string, ask: InferAsk, options: RequestInferenceOptions = {}): AsyncGenerator<InferenceEvent, void, undefined> {
-  const protocol = needsInfer12(ask.request) ? INFER_PROTOCOL_REASONING : needsInfer11(ask.request) ? INFER_PROTOCOL : INFER_PROTOCOL_CHAT
+  const protocol = inferProtocols(ask.request)
   const deadlineMs = options.answerDeadlineMs ?? INFER_ANSWER_DEADLINE_MS
   const late = new ProtocolError(`No complete answer within ${deadlineMs} ms of asking, the most an answer may take`, 'timeout')
   const deadline = new AbortController()

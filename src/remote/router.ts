@@ -4,7 +4,7 @@ import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
 import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
 import { billableTokens, type InferenceCharge, type InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
-import { RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
+import { BillableTokens, RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
 import { ConversationAffinity, conversationKeys, type ConversationAffinityOptions, type ConversationKeys } from './affinity.ts'
 import { loadedModelsOf, type PeerInfo } from '../network/index.ts'
 
@@ -160,11 +160,19 @@ export class PeerRouter implements ChatRouter {
         options.signal?.throwIfAborted()
         attempt.servedBy = `peer:${peer.nodeID}`
         let started = false
+        const billable = new BillableTokens(request)
         try {
-          for await (const event of this.#ask(peer, request, options)) {
+          for await (const answered of this.#ask(peer, request, options)) {
             started = true
+            let event = answered
+            billable.add(event)
             if (event.type === 'done') {
-              charge?.settle({ peerID: peer.nodeID, pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro }, billableTokens(request.kind, event.usage))
+              const usage = billable.usage(event)
+              if (billableTokens(request.kind, usage) < billableTokens(request.kind, event.usage)) {
+                this.#deps.log.warn({ nodeID: peer.nodeID, modelID: request.modelID, reported: event.usage, billed: usage }, 'peer reported more tokens than its answer can hold; billed what it can')
+              }
+              event = { ...event, usage }
+              charge?.settle({ peerID: peer.nodeID, pricePer1kTokensMicro: peer.record.pricePer1kTokensMicro }, billableTokens(request.kind, usage))
               settled = true
               if (keys != null) this.#affinity.answered(keys, peer.nodeID)
             }

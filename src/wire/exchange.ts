@@ -11,8 +11,11 @@ import { openFrames, readMessage, writeMessage, type FrameStream } from './frame
 
 /** How a domain reaches a peer: the peer network opens a stream by nodeID and hears about misbehaving peers. */
 export interface PeerStreams {
-  /** Throws NotFoundError for a node that is not a peer, UnavailableError when it cannot be reached. */
-  open (nodeID: string, protocol: string, options?: { signal?: AbortSignal }): Promise<Stream>
+  /**
+   * Opens `protocol` (or the first of several, in order of preference, the peer serves: the stream's `protocol` says
+   * which). Throws NotFoundError for a node that is not a peer, UnavailableError when it cannot be reached.
+   */
+  open (nodeID: string, protocol: string | string[], options?: { signal?: AbortSignal }): Promise<Stream>
   /** Disconnects and bans a peer whose answer was malformed, oversized or forged (other errors are ignored). */
   reportMisbehaviour? (nodeID: string, err: unknown): Promise<void>
 }
@@ -31,7 +34,7 @@ export interface OpenOptions {
  * Opens `protocol` to `nodeID` within a deadline. Throws the caller's abort reason, NotFoundError for a node that is
  * not a peer, and UnavailableError naming the peer for anything else (a 503 at the HTTP edge: the peer is unreachable).
  */
-export async function openPeerStream (peers: PeerStreams, nodeID: string, protocol: string, options: OpenOptions = {}): Promise<Stream> {
+export async function openPeerStream (peers: PeerStreams, nodeID: string, protocol: string | string[], options: OpenOptions = {}): Promise<Stream> {
   const timeoutMs = options.openTimeoutMs ?? DEFAULT_OPEN_TIMEOUT_MS
   const deadline = AbortSignal.timeout(timeoutMs)
   try {
@@ -92,7 +95,7 @@ export interface AskOptions extends AnswerOptions, Pick<OpenOptions, 'openTimeou
  * Opens `protocol` to a peer and yields its answer frames (see `askOnStream`). A malformed, oversized or forged answer
  * is reported to the network (the peer is disconnected and banned) before the ProtocolError is thrown.
  */
-export async function * askPeer<S extends z.ZodType> (peers: PeerStreams, nodeID: string, protocol: string, request: unknown, schema: S, isLast: (frame: z.output<S>) => boolean, options: AskOptions): AsyncGenerator<z.output<S>, void, undefined> {
+export async function * askPeer<S extends z.ZodType> (peers: PeerStreams, nodeID: string, protocol: string | string[], request: unknown, schema: S, isLast: (frame: z.output<S>) => boolean, options: AskOptions): AsyncGenerator<z.output<S>, void, undefined> {
   const stream = await openPeerStream(peers, nodeID, protocol, options)
   try {
     yield * askOnStream(stream, request, schema, isLast, options)

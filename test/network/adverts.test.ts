@@ -29,7 +29,7 @@ function peerServing (book: AdvertBook, own: Advert): PeerStreams {
   const handler = createAdvertsSyncHandler({ book, own: () => own })
   return {
     open: async (_nodeID, protocol) => {
-      const [asker, server] = await streamPair({ protocol })
+      const [asker, server] = await streamPair({ protocol: [protocol].flat()[0] })
       handler(server, { nodeID: own.record.signer, connection: undefined as never }).catch(() => undefined)
       return asker
     },
@@ -41,7 +41,7 @@ function peerServing (book: AdvertBook, own: Advert): PeerStreams {
 function peerAnswering (adverts: unknown[]): PeerStreams {
   return {
     open: async (_nodeID, protocol) => {
-      const [asker, server] = await streamPair({ protocol })
+      const [asker, server] = await streamPair({ protocol: [protocol].flat()[0] })
       void (async () => {
         const frames = openFrames(server, { maxFrameBytes: 8 * 1024 * 1024 })
         await readMessage(frames, z.unknown())

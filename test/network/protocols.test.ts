@@ -15,7 +15,7 @@ import type { PeerStreams } from '../../src/wire/index.ts'
 import { DemandTracker, sameModel } from '../../src/models/index.ts'
 import { Admission } from '../../src/network/peers/admission.ts'
 import { CAPABILITIES_PROTOCOL, createCapabilitiesHandler, pushCapabilities, signCapabilities } from '../../src/network/peers/capabilities.ts'
-import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, InferFrame, createInferHandler, requestInference, type InferAsk } from '../../src/remote/infer.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, InferFrame, createInferHandler, requestInference, type InferAsk } from '../../src/remote/infer.ts'
 import { MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_LENGTH, MAX_LOGIT_BIAS_ENTRIES, MAX_TOOLS, MAX_TOOL_CALL_ID_CHARS, MAX_TOOL_NAME_CHARS, type InferenceEvent } from '../../src/inference/index.ts'
 import { PeerTable } from '../../src/network/peers/peer-table.ts'
 import { ServingPolicy } from '../../src/serving/index.ts'
@@ -189,14 +189,17 @@ test('infer 1.1.0: well-formed requests the model cannot honour get an error fra
   assert.ok(done?.type === 'done' && done.usage.promptTokens > 0 && done.usage.completionTokens === 0)
 })
 
-/** A peer whose answer is `answer`, whatever it is asked; records the protocol it was asked on and what it was reported for. */
-function scriptedPeer (answer: object[]): { peers: PeerStreams, protocols: string[], reported: unknown[] } {
-  const protocols: string[] = []
+/**
+ * A peer whose answer is `answer`, whatever it is asked, on the first version offered; records the versions it was
+ * offered and what it was reported for.
+ */
+function scriptedPeer (answer: object[]): { peers: PeerStreams, protocols: Array<string | string[]>, reported: unknown[] } {
+  const protocols: Array<string | string[]> = []
   const reported: unknown[] = []
   const peers: PeerStreams = {
     open: async (_nodeID, protocol) => {
       protocols.push(protocol)
-      const [asker, server] = await streamPair({ protocol })
+      const [asker, server] = await streamPair({ protocol: [protocol].flat()[0] })
       void (async () => {
         const frames = openFrames(server, { maxFrameBytes: 8 * 1024 * 1024 })
         await readMessage(frames, z.unknown())
@@ -216,14 +219,17 @@ async function drain (events: AsyncIterable<InferenceEvent>): Promise<InferenceE
   return seen
 }
 
-test('infer requester: a plain chat goes out on 1.0.0 (older peers serve it), anything else on 1.1.0', async () => {
+test('infer requester: every request offers 1.2.0 first (thoughts reach the requester), then what older peers serve: a plain chat down to 1.0.0, anything else down to 1.1.0, a thought budget only 1.2.0', async () => {
   const done = { type: 'done', finishReason: 'stop', usage: { promptTokens: 1, completionTokens: 1, totalTokens: 2 } }
+  const all = [INFER_PROTOCOL_REASONING, INFER_PROTOCOL, INFER_PROTOCOL_CHAT]
+  const newer = [INFER_PROTOCOL_REASONING, INFER_PROTOCOL]
   for (const [request, protocol] of [
-    [{ kind: 'chat', messages: hi }, INFER_PROTOCOL_CHAT],
-    [{ kind: 'chat', messages: hi, tools: [weather] }, INFER_PROTOCOL],
-    [{ kind: 'chat', messages: hi, logitBias: { 5: -100 } }, INFER_PROTOCOL],
-    [{ kind: 'chat', messages: [...hi, { role: 'tool', content: '1', toolCallID: 'call_1' }] }, INFER_PROTOCOL],
-    [{ kind: 'completion', prompt: 'x' }, INFER_PROTOCOL]
+    [{ kind: 'chat', messages: hi }, all],
+    [{ kind: 'chat', messages: hi, tools: [weather] }, newer],
+    [{ kind: 'chat', messages: hi, logitBias: { 5: -100 } }, newer],
+    [{ kind: 'chat', messages: [...hi, { role: 'tool', content: '1', toolCallID: 'call_1' }] }, newer],
+    [{ kind: 'completion', prompt: 'x' }, newer],
+    [{ kind: 'chat', messages: hi, thoughtTokens: 16 }, [INFER_PROTOCOL_REASONING]]
   ] as const) {
     const { peers, protocols } = scriptedPeer([{ type: 'delta', text: 'ok' }, done])
     const events = await drain(requestInference(peers, peer.nodeID, { modelID: TINY_MODEL_ID, request, ptnID: null } as InferAsk))

@@ -11,7 +11,7 @@ import { NotFoundError } from '../../src/errors.ts'
 import type { InferenceEvent } from '../../src/inference/index.ts'
 import {
   INFER_ANSWER_FRAME_CHARS, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, InferRequest, type InferFrame, MAX_INFER_ANSWER_CHARS, MAX_INFER_ANSWER_CHARS_PER_TOKEN,
-  MAX_INFER_REQUEST_BYTES, inferAnswerLimit, requestInference
+  MAX_INFER_REQUEST_BYTES, UNSEEN_ANSWER_TOKENS, UNSEEN_INPUT_TOKENS, inferAnswerLimit, requestInference
 } from '../../src/remote/infer.ts'
 import { PeerRouter, type PeerRouterDeps } from '../../src/remote/router.ts'
 import { ProtocolError, readRequest, writeMessage, type FrameStream } from '../../src/wire/index.ts'
@@ -94,6 +94,10 @@ function forever (frame: InferFrame, everyMs: number): Answer {
   }
 }
 
+function micro (credits: number): number {
+  return Math.round(credits * 1e6)
+}
+
 async function wallet (node: TestNode): Promise<{ currentBalance: number, totalSpent: number }> {
   return (await node.api.get('/v1/app/wallet')).body as { currentBalance: number, totalSpent: number }
 }
@@ -165,6 +169,43 @@ test('a peer flooding an answer past what max_tokens allows: cut at the bound, a
   assert.equal((await wallet(node)).currentBalance, GRANT_CREDITS - DEAR_PRICE_MICRO * 3 / 1000 / 1e6)
   assert.equal((await node.api.get('/health')).status, 200)
   assert.equal(node.node.network.isBanned(fair.nodeID), false)
+})
+
+test('a peer reporting more tokens than its answer can hold is paid for what it can hold, and the client is told that count', async (t) => {
+  const relay = await startTestRelay(t)
+  const node = await startWanNode(t, relay)
+  await waitFor(() => node.node.network.relayConnected, { what: 'WAN on' })
+  // 50 credits per 1k tokens: a request without max_tokens holds 51.2 of the node's 100, and a claim of a billion
+  // tokens, were it paid, would take the whole balance.
+  const priceMicro = 50_000_000
+  const claimed = 1_000_000_000
+  const cost = (tokens: number): number => Math.ceil(priceMicro * tokens / 1000)
+
+  // A chat without max_tokens: 12 bytes of text, so at most 12 + UNSEEN_ANSWER_TOKENS tokens.
+  const chat = await inferStandIn(t, node, 'overclaim-chat', async (frames, _stream, state) => {
+    await send(frames, state, { type: 'delta', text: 'Hello there.' })
+    await send(frames, state, { type: 'done', finishReason: 'stop', usage: { promptTokens: 5, completionTokens: claimed, totalTokens: claimed + 5, cachedTokens: 0 } })
+    await frames.stream.close()
+  }, { priceMicro })
+  const answered = await node.api.post('/v1/chat/completions', { model: chat.model, messages: [{ role: 'user', content: 'Hi.' }] })
+  assert.equal(answered.status, 200, JSON.stringify(answered.body))
+  const chatTokens = 12 + UNSEEN_ANSWER_TOKENS
+  assert.deepEqual(answered.body.usage, { prompt_tokens: 5, completion_tokens: chatTokens, total_tokens: 5 + chatTokens, prompt_tokens_details: { cached_tokens: 0 } })
+  assert.equal(micro((await wallet(node)).totalSpent), cost(chatTokens))
+
+  // Embeddings: the inputs' bytes plus UNSEEN_INPUT_TOKENS each is what they can be read as.
+  const input = ['ab', 'héllo']
+  const embed = await inferStandIn(t, node, 'overclaim-embed', async (frames, _stream, state) => {
+    for (const index of [0, 1]) await send(frames, state, { type: 'embedding', index, vector: [0.6, 0.8] })
+    await send(frames, state, { type: 'done', finishReason: 'stop', usage: { promptTokens: claimed, completionTokens: 0, totalTokens: claimed, cachedTokens: 0 } })
+    await frames.stream.close()
+  }, { priceMicro })
+  const vectors = await node.api.post('/v1/embeddings', { model: embed.model, input })
+  assert.equal(vectors.status, 200, JSON.stringify(vectors.body))
+  const embedTokens = 2 + 6 + 2 * UNSEEN_INPUT_TOKENS
+  assert.equal(vectors.body.usage.prompt_tokens, embedTokens)
+  assert.equal(micro((await wallet(node)).totalSpent), cost(chatTokens) + cost(embedTokens))
+  assert.equal(node.node.network.isBanned(chat.nodeID), false, 'a count is not proof of malice: the peer is paid less, not banned')
 })
 
 test('a request without max_tokens: a flood is cut at the overall cap', async (t) => {

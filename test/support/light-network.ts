@@ -7,7 +7,7 @@ import { pino, type Logger } from 'pino'
 import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
 import { NotFoundError } from '../../src/errors.ts'
 import { PeerNetwork, type PeerNetworkOptions } from '../../src/network/index.ts'
-import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, MAX_INBOUND_INFER_STREAMS, PeerRouter, createInferHandler } from '../../src/remote/index.ts'
+import { INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_INBOUND_INFER_STREAMS, PeerRouter, createInferHandler } from '../../src/remote/index.ts'
 import { sameModel } from '../../src/models/index.ts'
 import { DEFAULT_SETTINGS, type Settings, type SettingsChange } from '../../src/settings/index.ts'
 
@@ -81,7 +81,7 @@ export async function startLightNode (options: LightNodeOptions): Promise<LightN
     },
     log: options.log ?? pino({ level: 'silent' })
   })
-  for (const protocol of [INFER_PROTOCOL, INFER_PROTOCOL_CHAT]) await network.handle(protocol, infer, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
+  for (const protocol of [INFER_PROTOCOL_REASONING, INFER_PROTOCOL, INFER_PROTOCOL_CHAT]) await network.handle(protocol, infer, { maxInboundStreams: MAX_INBOUND_INFER_STREAMS })
   const router = new PeerRouter({
     local: {
       route: () => { throw new NotFoundError('no local engine') },

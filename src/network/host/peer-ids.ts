@@ -37,7 +37,7 @@ export function nodeIDToPeerId (nodeID: string): PeerId {
  * connections: for a peer behind NAT the relayed connection is the only one there is.
  * (libp2p's own `dialProtocol(peerId)` never reuses a limited connection: it dials a new one every time.)
  */
-export async function openStream (host: Libp2p, peer: PeerId | Multiaddr | Multiaddr[], protocol: string, options: { signal?: AbortSignal } = {}): Promise<Stream> {
+export async function openStream (host: Libp2p, peer: PeerId | Multiaddr | Multiaddr[], protocol: string | string[], options: { signal?: AbortSignal } = {}): Promise<Stream> {
   if (isPeerId(peer)) {
     const connection = bestConnection(host.getConnections(peer))
     if (connection != null) return connection.newStream(protocol, { signal: options.signal, runOnLimitedConnection: true })
