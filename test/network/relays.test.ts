@@ -4,10 +4,16 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import type { MultiaddrConnection } from '@libp2p/interface'
 import { multiaddr } from '@multiformats/multiaddr'
+import { pino } from 'pino'
+import { generateSeed, identityFromSeed } from '../../src/identity/index.ts'
+import { ADVERTS_TOPIC, signAdvert } from '../../src/network/adverts/adverts.ts'
 import { inboundConnectionLimit } from '../../src/network/host/libp2p-node.ts'
+import { peerIdFromIdentity } from '../../src/network/host/peer-ids.ts'
+import { signCapabilities } from '../../src/network/peers/capabilities.ts'
 import { startLightNode, type LightNode } from '../support/light-network.ts'
 import { FAST_NETWORK, startTestRelay } from '../support/network.ts'
 import { startTestNode, waitFor } from '../support/node.ts'
+import { standInRecord } from '../support/stand-in.ts'
 
 test('wan_relay_url takes one relay or several separated by commas; a bad one among them is refused, nothing changed', async (t) => {
   const node = await startTestNode(t)
@@ -73,4 +79,35 @@ test('two relays, one killed: every node still sees every other; a node told of 
   for (const node of nodes) {
     assert.ok(node.network.host.getConnections().every(conn => !conn.remoteAddr.toString().includes(relays[0])), 'no connection left through the killed relay')
   }
+})
+
+test('an advert naming a node as its relay does not make that node a relay: it stays a peer, and is given up as a relay when it does not answer as one', { timeout: 180_000 }, async (t) => {
+  const relay = await startTestRelay(t)
+  // One relay configured, so that the node learns relays from its peers' addresses.
+  const logged: Array<{ msg: string, relay?: string }> = []
+  const log = pino({ level: 'info' }, { write: (line: string) => { logged.push(JSON.parse(line) as { msg: string, relay?: string }) } })
+  const [node, victim, gossiper] = await Promise.all([log, undefined, undefined].map(async (nodeLog) => await startLightNode({ relayUrls: [relay.url], network: FAST_NETWORK, log: nodeLog })))
+  t.after(async () => { await Promise.all([node, victim, gossiper].map(async light => { await light.stop() })) })
+  await waitAllSeeAll([node, victim, gossiper], 'the three nodes to see each other')
+  const victimPeer = victim.network.host.peerId.toString()
+  const victimAddr = victim.network.addresses().find(addr => addr.startsWith('/ip4/127.0.0.1/tcp/') && !addr.includes('/p2p-circuit'))
+  assert.ok(victimAddr != null, `a direct address of the victim: ${victim.network.addresses().join(' ')}`)
+
+  // Anyone may sign an advert with a key of its own; this one says it is reached through the victim, as through a relay.
+  const liar = identityFromSeed(generateSeed())
+  const advert = signAdvert(liar, signCapabilities(liar, standInRecord(liar)), [`${victimAddr}/p2p-circuit/p2p/${peerIdFromIdentity(liar).toString()}`])
+  await gossiper.network.host.services.pubsub.publish(ADVERTS_TOPIC, Buffer.from(JSON.stringify(advert)))
+  await waitFor(() => node.network.peers().some(peer => peer.nodeID === liar.nodeID), { timeoutMs: 30_000, what: "the liar's advert to reach the node" })
+
+  // The node tries the victim as a relay (it has one, and wants two); the victim answers no directory sync, so it is
+  // given up, and was a peer all along.
+  const about = (msg: string) => logged.some(line => line.msg === msg && line.relay?.includes(victimPeer) === true)
+  await waitFor(() => about('using a relay learned from a peer'), { timeoutMs: 30_000, what: 'the victim tried as a relay' })
+  await waitFor(() => about('giving up on a relay that never answered as one'), { timeoutMs: 60_000, what: 'the victim given up as a relay' })
+  assert.ok(node.network.isKnownPeer(victim.nodeID), 'the victim is still a peer')
+  assert.ok(node.network.peers().some(peer => peer.nodeID === victim.nodeID), "and in the node's peer table")
+  assert.deepEqual(node.network.connectedRelays(), [relay.relay.peerId.toString()])
+  victim.serve('victim-model')
+  await waitFor(() => node.router.candidates('victim-model').length > 0, { timeoutMs: 30_000, what: 'the node to hear of the victim\'s model' })
+  assert.equal((await node.ask('victim-model', 'hi')).servedBy, `peer:${victim.nodeID}`)
 })

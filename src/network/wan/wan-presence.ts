@@ -10,6 +10,10 @@ import { WanClient, type WanClientOptions } from './wan.ts'
 export const WANTED_RELAYS = 2
 /** Relays learned from peers' addresses that are remembered to be tried, at most. */
 const MAX_LEARNED_RELAYS = 16
+/** Failures in a row after which a learned relay that never answered a directory sync is given up. */
+const LEARNED_RELAY_FAILURES = 3
+/** Learned relays given up, remembered (the oldest forgotten first) so that peers' adverts do not bring them back. */
+const MAX_FAILED_RELAYS = 256
 
 export interface WanPresenceDeps {
   identity: NodeIdentity
@@ -41,10 +45,16 @@ export class WanPresence {
   readonly #options: Omit<WanClientOptions, 'relayUrl'> | undefined
   #host: PeerHost | null = null
   readonly #clients = new Map<string, RelayClient>()
-  /** nodeIDs of every relay known while on (configured, connected, or seen in a peer's circuit address). */
+  /**
+   * nodeIDs of every relay known while on: each configured one once connected, each learned one once it answered a
+   * directory sync. A relay seen only in a peer's circuit address is a candidate (`#learned`), never taken for a relay
+   * on that peer's word: a node named there would be refused as a peer by everyone who heard it.
+   */
   readonly #relayIDs = new Set<string>()
   /** Relay multiaddrs learned from peers, by relay nodeID, not yet given a client. */
   readonly #learned = new Map<string, string>()
+  /** Learned relay multiaddrs given up (see MAX_FAILED_RELAYS). */
+  readonly #failed = new Set<string>()
   #urls: string[] | null = null
 
   constructor (deps: WanPresenceDeps, options?: Omit<WanClientOptions, 'relayUrl'>) {
@@ -78,6 +88,7 @@ export class WanPresence {
     const previous = [...this.#clients.values()]
     this.#clients.clear()
     this.#learned.clear()
+    this.#failed.clear()
     this.#urls = null
     if (previous.length > 0) {
       // Off first, then stop: while the clients stop (it takes a while), a WAN node that connects again must already
@@ -101,8 +112,8 @@ export class WanPresence {
   }
 
   /**
-   * Relays seen in a peer's addresses (`<relay>/p2p/<relayID>/p2p-circuit/...`): each is never a peer, and while fewer
-   * than two relays are in use, one is added.
+   * Relays seen in a peer's addresses (`<relay>/p2p/<relayID>/p2p-circuit/...`) are candidates: while fewer than two
+   * relays are in use, one is tried, and is a relay once it answers as one.
    */
   learnRelays (addrs: string[]): void {
     if (this.#urls == null) return
@@ -112,8 +123,7 @@ export class WanPresence {
       const relayAddr = addr.slice(0, at)
       const relayPeer = /\/p2p\/([^/]+)$/.exec(relayAddr)?.[1]
       const nodeID = relayPeer == null ? null : nodeIDOfPeer(relayPeer)
-      if (nodeID == null || this.#relayIDs.has(nodeID)) continue
-      this.#relayIDs.add(nodeID)
+      if (nodeID == null || this.#relayIDs.has(nodeID) || this.#learned.has(nodeID) || this.#clients.has(relayAddr) || this.#failed.has(relayAddr)) continue
       if (this.#learned.size < MAX_LEARNED_RELAYS) this.#learned.set(nodeID, relayAddr)
     }
     this.#addLearned()
@@ -123,6 +133,7 @@ export class WanPresence {
     const clients = [...this.#clients.values()]
     this.#clients.clear()
     this.#learned.clear()
+    this.#failed.clear()
     this.#relayIDs.clear()
     this.#urls = null
     this.#host = null
@@ -133,7 +144,7 @@ export class WanPresence {
   async #startClient (host: PeerHost, url: string, learned: boolean): Promise<void> {
     const client = new WanClient({
       host, identity: this.#deps.identity, dialBudget: this.#deps.dialBudget, log: this.#deps.log.child({ part: 'wan', relay: url })
-    }, { ...this.#options, relayUrl: url })
+    }, { ...this.#options, relayUrl: url, giveUpAfterFailures: learned ? LEARNED_RELAY_FAILURES : null })
     client.on('peer:discovered', (nodeID, addrs) => {
       this.learnRelays(addrs)
       this.#deps.discovered(nodeID)
@@ -145,16 +156,28 @@ export class WanPresence {
         // cannot be dialed directly are reached through one of the two only.
         this.#deps.log.warn({ relays: [twin[0], url], peerId: relayPeer }, 'two relays answer with one key (a relay data dir copied, or one relay named twice): peers cannot tell them apart; give each relay its own --data-dir')
       }
-      const nodeID = nodeIDOfPeer(relayPeer)
-      if (nodeID != null) {
-        this.#relayIDs.add(nodeID)
-        this.#deps.admission.emit('changed')   // a node met as a peer may turn out to be a relay
-      }
+      if (!learned) this.#isRelay(relayPeer)
       this.#deps.relayConnected(relayPeer)
+    })
+    client.on('relay:synced', (relayPeer) => { this.#isRelay(relayPeer) })
+    client.on('relay:failed', () => {
+      if (this.#clients.get(url)?.client !== client) return
+      this.#clients.delete(url)
+      this.#failed.add(url)
+      if (this.#failed.size > MAX_FAILED_RELAYS) this.#failed.delete(this.#failed.values().next().value as string)
+      client.stop().catch((err: unknown) => { this.#deps.log.warn({ err, relay: url }, 'stopping a relay client failed') })
+      this.#addLearned()
     })
     client.on('relay:disconnected', () => { this.#addLearned() })
     this.#clients.set(url, { client, learned })
     await client.start()
+  }
+
+  #isRelay (relayPeer: string): void {
+    const nodeID = nodeIDOfPeer(relayPeer)
+    if (nodeID == null || this.#relayIDs.has(nodeID)) return
+    this.#relayIDs.add(nodeID)
+    this.#deps.admission.emit('changed')   // a node met as a peer may turn out to be a relay
   }
 
   /** Adds a learned relay while fewer than `WANTED_RELAYS` are connected or being tried. */

@@ -41,6 +41,11 @@ export interface WanClientOptions {
   reservationTimeoutMs?: number
   /** Deadline of one dial (the relay, or one group of a peer's addresses). @default 10_000 */
   dialTimeoutMs?: number
+  /**
+   * Failures in a row after which a relay that never answered a directory sync is given up ('relay:failed'; the
+   * client stops). null: retried for as long as the client runs (a configured relay). @default null
+   */
+  giveUpAfterFailures?: number | null
 }
 
 /** A peer found through the relay that we hold a connection to. */
@@ -59,7 +64,11 @@ export interface WanClientEvents {
   /** A discovered peer has no connection left and could not be redialed, or is no longer listed. */
   'peer:lost': [nodeID: string]
   'relay:connected': [relayPeerId: string]
+  /** The relay answered a directory sync: it is a meshnode relay, not just whatever holds that peer id's key. */
+  'relay:synced': [relayPeerId: string]
   'relay:disconnected': [relayPeerId: string]
+  /** Given up (`giveUpAfterFailures`): the relay never answered as one. The client has stopped trying. */
+  'relay:failed': []
 }
 
 /**
@@ -82,6 +91,9 @@ export class WanClient extends EventEmitter<WanClientEvents> {
   readonly #maxBackoffMs: number
   readonly #reservationTimeoutMs: number
   readonly #dialTimeoutMs: number
+  readonly #giveUpAfterFailures: number | null
+  /** Whether the relay ever answered a directory sync. */
+  #everSynced = false
   readonly #peers = new Map<string, WanPeer>()
   readonly #dialBudget: () => number
   #relayPeer: PeerId | null = null
@@ -104,6 +116,7 @@ export class WanClient extends EventEmitter<WanClientEvents> {
     this.#maxBackoffMs = Math.max(options.maxBackoffMs ?? 30_000, this.#minBackoffMs)
     this.#reservationTimeoutMs = options.reservationTimeoutMs ?? 10_000
     this.#dialTimeoutMs = options.dialTimeoutMs ?? 10_000
+    this.#giveUpAfterFailures = options.giveUpAfterFailures ?? null
   }
 
   /** The relay's peer id, once connected: learned from the connection when the URL does not name it. */
@@ -139,7 +152,9 @@ export class WanClient extends EventEmitter<WanClientEvents> {
     this.#shutdown = null
     const relay = this.#relayPeer
     try {
-      if (relay != null && this.#isConnectedTo(relay)) await this.#host.hangUp(relay, { signal: AbortSignal.timeout(this.#dialTimeoutMs) })
+      // A relay that may be given up and never answered as one may be a peer's key: that connection is the peer's.
+      const mayBePeer = this.#giveUpAfterFailures != null && !this.#everSynced
+      if (relay != null && !mayBePeer && this.#isConnectedTo(relay)) await this.#host.hangUp(relay, { signal: AbortSignal.timeout(this.#dialTimeoutMs) })
     } finally {
       this.#connection = null
       this.#relayConnected = false
@@ -164,9 +179,12 @@ export class WanClient extends EventEmitter<WanClientEvents> {
         const relay = await this.#connectRelay(signal)
         await this.#waitForReservation(relay, signal)
         let nextSyncMs = this.#fastSyncMs
+        let synced = false
         while (!signal.aborted && relay.status === 'open') {
           await this.#sync(relay, signal)
           failures = 0
+          if (!synced) this.#emitSafely('relay:synced', relay.remotePeer.toString())
+          synced = this.#everSynced = true
           await this.#nextRound(relay, nextSyncMs, signal)
           nextSyncMs = Math.min(nextSyncMs * 2, this.#syncIntervalMs)
         }
@@ -174,6 +192,12 @@ export class WanClient extends EventEmitter<WanClientEvents> {
       } catch (err) {
         if (signal.aborted) break
         failures++
+        if (!this.#everSynced && this.#giveUpAfterFailures != null && failures >= this.#giveUpAfterFailures) {
+          this.#log.warn({ err, relay: this.#relayAddr.toString() }, 'giving up on a relay that never answered as one')
+          if (this.#relayPeer != null) this.#relayGone(this.#relayPeer)
+          this.#emitSafely('relay:failed')
+          return
+        }
         const retryInMs = backoffDelayMs(failures, { minMs: this.#minBackoffMs, maxMs: this.#maxBackoffMs })
         this.#log.warn({ err, retryInMs, relay: this.#relayAddr.toString() }, 'relay unreachable or directory sync failed; retrying')
         if (this.#relayPeer != null && this.#connection?.status !== 'open') this.#relayGone(this.#relayPeer)
