@@ -23,12 +23,25 @@ export function nestedTooDeep (max: number = MAX_JSON_DEPTH): string {
 
 /** Whether `value` nests arrays and objects deeper than `max` levels (a scalar is level 0). */
 export function jsonDepthExceeds (value: unknown, max: number = MAX_JSON_DEPTH): boolean {
-  const stack: Array<{ value: object, depth: number }> = []
-  if (typeof value === 'object' && value !== null) stack.push({ value, depth: 1 })
-  for (let next = stack.pop(); next != null; next = stack.pop()) {
-    if (next.depth > max) return true
-    for (const child of Array.isArray(next.value) ? next.value as unknown[] : Object.values(next.value)) {
-      if (typeof child === 'object' && child !== null) stack.push({ value: child, depth: next.depth + 1 })
+  // Two stacks side by side, and no array of children per node: a walk of a few hundred thousand nodes allocates
+  // nothing per node.
+  const values: object[] = []
+  const depths: number[] = []
+  if (typeof value === 'object' && value !== null) { values.push(value); depths.push(1) }
+  while (values.length > 0) {
+    const next = values.pop() as object
+    const depth = depths.pop() as number
+    if (depth > max) return true
+    if (Array.isArray(next)) {
+      for (let i = 0; i < next.length; i++) {
+        const child: unknown = next[i]
+        if (typeof child === 'object' && child !== null) { values.push(child); depths.push(depth + 1) }
+      }
+    } else {
+      for (const key in next) {
+        const child: unknown = (next as Record<string, unknown>)[key]
+        if (typeof child === 'object' && child !== null) { values.push(child); depths.push(depth + 1) }
+      }
     }
   }
   return false
@@ -73,22 +86,54 @@ export function jsonTextDepthExceeds (text: string, max: number = MAX_JSON_DEPTH
 export function jsonProblem (value: unknown, max: number = MAX_JSON_DEPTH): { path: PropertyKey[], message: string } | null {
   const scalar = scalarProblem(value)
   if (scalar !== undefined) return scalar == null ? null : { path: [], message: scalar }
-  const stack: Array<{ value: object, depth: number, path: PropertyKey[] }> = [{ value: value as object, depth: 1, path: [] }]
-  for (let next = stack.pop(); next != null; next = stack.pop()) {
-    const { value, depth, path } = next
+  // Every object or array met is numbered: its key and its parent's number are kept, so that a path is built only for
+  // the one problem found, not for every node (a few hundred thousand nodes would allocate as many paths).
+  const keys: PropertyKey[] = ['']
+  const parents: number[] = [-1]
+  const pathOf = (at: number, key?: PropertyKey): PropertyKey[] => {
+    const path: PropertyKey[] = key === undefined ? [] : [key]
+    for (let i = at; i > 0; i = parents[i]) path.push(keys[i])
+    return path.reverse()
+  }
+  const stack: number[] = [0]
+  const nodes: object[] = [value as object]
+  const depths: number[] = [1]
+  while (stack.length > 0) {
+    const at = stack.pop() as number
+    const node = nodes[at]
+    const depth = depths[at]
     if (depth > max) return { path: [], message: nestedTooDeep(max) }
-    let entries: Array<[PropertyKey, unknown]>
-    if (Array.isArray(value)) {
-      entries = value.map((item: unknown, i) => [i, item])
-    } else {
-      const prototype: unknown = Object.getPrototypeOf(value)
-      if (prototype !== Object.prototype && prototype !== null) return { path, message: 'expected a plain object' }
-      entries = Object.entries(value)
+    if (Array.isArray(node)) {
+      for (let i = 0; i < node.length; i++) {
+        const item: unknown = node[i]
+        const problem = scalarProblem(item)
+        if (problem === undefined) {
+          stack.push(nodes.length)
+          nodes.push(item as object)
+          depths.push(depth + 1)
+          keys.push(i)
+          parents.push(at)
+        } else if (problem != null) {
+          return { path: pathOf(at, i), message: problem }
+        }
+      }
+      continue
     }
-    for (const [key, item] of entries) {
+    const prototype: unknown = Object.getPrototypeOf(node)
+    if (prototype !== Object.prototype && prototype !== null) return { path: pathOf(at), message: 'expected a plain object' }
+    // for-in walks own keys only here: a plain object's prototype (Object.prototype, or none) has no enumerable ones.
+    for (const key in node) {
+      const item: unknown = (node as Record<string, unknown>)[key]
       const problem = scalarProblem(item)
-      if (problem === undefined) stack.push({ value: item as object, depth: depth + 1, path: [...path, key] })
-      else if (problem != null) return { path: [...path, key], message: problem }
+      if (problem === undefined) {
+        stack.push(nodes.length)
+        nodes.push(item as object)
+        depths.push(depth + 1)
+        keys.push(key)
+        parents.push(at)
+      } else if (problem != null) {
+        return { path: pathOf(at, key), message: problem }
+      }
     }
   }
   return null
