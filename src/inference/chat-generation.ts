@@ -35,6 +35,10 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
       if (loop != null && canLoop(slot.sequence)) return await runOnSlot(slot, loop, emit, signal)
       const chat = new LlamaChat({ contextSequence: slot.sequence, chatWrapper })
       const calls = new ToolCallEvents(emit)
+      // A call that breaks its tool's schema ends the generation there. node-llama-cpp catches and only logs what its
+      // callbacks throw, so the break is kept here, generation is stopped through its signal, and the break is thrown
+      // once generateResponse is back: the request fails as an answer breaking response_format's schema does.
+      const brokenCall = new AbortController()
       let answer = ''
       try {
         const { result, completionTokens } = await metered(slot, async () => await chat.generateResponse(history, {
@@ -51,7 +55,7 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
             if (chunk.type === 'segment' && chunk.segmentType === 'thought' && chunk.text !== '' && thoughtTokens !== 0) emit({ type: 'reasoning', text: chunk.text })
           },
           ...(thoughtTokens == null ? {} : { budgets: { thoughtTokens } }),
-          signal,
+          signal: tools == null ? signal : AbortSignal.any([signal, brokenCall.signal]),
           // Return what was generated instead of throwing, so an aborted generation's usage can still be recorded.
           stopOnAbortSignal: true,
           ...(tools == null
@@ -62,12 +66,14 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
                 maxParallelFunctionCalls: tools.maxParallelFunctionCalls,
                 onFunctionCallParamsChunk: (chunk) => { calls.paramsChunk(chunk) },
                 onFunctionCall: (call) => {
+                  if (brokenCall.signal.aborted) return
                   const broken = tools.parameters.get(call.functionName)?.violation(call.params, 'arguments')
-                  if (broken != null) throw new OutputConstraintError(`call of ${call.functionName}`, broken)
-                  calls.called(call.functionName)
+                  if (broken != null) brokenCall.abort(new OutputConstraintError(`call of ${call.functionName}`, broken))
+                  else calls.called(call.functionName)
                 }
               })
         }))
+        if (brokenCall.signal.aborted) throw brokenCall.signal.reason
         // A whole answer under response_format's schema is checked for what its grammar could not enforce
         if (schema != null && result.metadata.stopReason !== 'maxTokens' && result.metadata.stopReason !== 'abort') {
           const broken = schema.violation(parsedOrUndefined(answer), 'answer')
@@ -76,6 +82,8 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
         const trigger = result.metadata.stopReason === 'customStopTrigger' ? result.metadata.customStopTrigger : undefined
         return doneEvent(result.metadata.stopReason, promptTokens, completionTokens, signal, trigger)
       } catch (err) {
+        // node-llama-cpp throws the signal's reason when it stops before any text: the broken call, or what else stopped it
+        if (brokenCall.signal.aborted) throw brokenCall.signal.reason
         throw constraintFailure(err, request, tools != null)
       } finally {
         chat.dispose({ disposeSequence: false })

@@ -154,8 +154,20 @@ export interface OutputSchema {
   violation: (value: unknown, at?: string) => string | null
 }
 
+export interface OutputSchemaOptions {
+  /**
+   * What becomes of a keyword no grammar here enforces (`allOf`, `not`, `propertyNames`, `uniqueItems`, `multipleOf`,
+   * a `format` not held, …). `refuse` (the default): the schema is refused, naming it, as OpenAI's strict mode does;
+   * what response_format asks for is given or refused, never loosened. `leave out`: it is dropped, from the grammar and
+   * from the output check alike (`enforceable`), as the real APIs read a tool's parameters when the tool is not
+   * strict: a tool from zod or an MCP server must not make every request of its session fail.
+   */
+  unenforceable?: 'refuse' | 'leave out'
+}
+
 /** Checks a caller's JSON Schema; refused naming `param` (and the keyword) when output could not be held to it. */
-export function toOutputSchema (schema: unknown, param: string): OutputSchema {
+export function toOutputSchema (given: unknown, param: string, options: OutputSchemaOptions = {}): OutputSchema {
+  const schema = options.unenforceable === 'leave out' ? enforceableRoot(given, param) : given
   if (!isSchemaObject(schema)) throw invalid(param, 'must be a JSON Schema object')
   const defs = schema.$defs ?? schema.definitions
   if (defs !== undefined && !isSchemaObject(defs)) throw invalid(`${param}.$defs`, 'must be an object of schemas')
@@ -175,6 +187,108 @@ export function toOutputSchema (schema: unknown, param: string): OutputSchema {
   return { grammar, violation: (value, at = '') => checks.violation(value, at) }
 }
 
+/** A `$ref` convert follows: to an entry of the root `$defs` (or `definitions`). */
+const DEF_REF = /^#\/(?:\$defs|definitions)\/([^/]+)$/
+
+/**
+ * A schema with what no grammar here enforces left out (`unenforceable: 'leave out'`): its root's and its `$defs`'
+ * subschemas through `enforceable`. A `$defs` that is not an object of schemas is left as it is, for toOutputSchema
+ * to refuse.
+ */
+function enforceableRoot (schema: unknown, param: string): unknown {
+  if (!isSchemaObject(schema)) return schema
+  const defs = schema.$defs ?? schema.definitions
+  if (defs !== undefined && !isSchemaObject(defs)) return schema
+  const names = new Set(Object.keys(defs ?? {}))
+  const kept: Kept = { patterns: new Map() }
+  const root = enforceable({ ...schema, $defs: undefined, definitions: undefined }, names, param, 0, kept)
+  if (defs === undefined) return root
+  return { ...(root as SchemaObject), $defs: Object.fromEntries(Object.entries(defs).map(([name, def]) => [name, enforceable(def, names, `${param}.$defs.${name}`, 1, kept)])) }
+}
+
+/** What `enforceable` has seen of one schema: the distinct patterns it tried, and whether each is ECMAScript. */
+interface Kept { readonly patterns: Map<string, boolean> }
+
+/**
+ * `schema` less every keyword convert cannot compile, so that it compiles instead of being refused: a keyword no
+ * grammar here writes or checks is dropped; `$ref`'s siblings are dropped, and a `$ref` convert cannot follow (`#`,
+ * a nested `$defs`) is any value; an `anyOf` beside a typed schema that says more than its type is dropped (a bare
+ * `type` goes into each alternative that names none); a schema without a type is any value (an `allOf` of one
+ * schema, as pydantic gives a `$ref` a description, is that schema); a `const` or `enum` of objects is dropped; a
+ * `pattern` that is no ECMAScript regular expression (another dialect's) and a `format` not held here are dropped;
+ * `items: false` is a `maxItems`, and a list of `items` (draft 7's) is `prefixItems`. Whatever is left out is neither
+ * in the grammar nor checked on the output: the value is held to what remains. Everything else is left for convert
+ * to take or refuse as it does: a malformed keyword, a schema no value holds, and every limit against hostile
+ * schemas (counts, patterns, subschemas, `{}` and `true` weighed as any value, nesting, alternatives). It walks only
+ * what it keeps, one level of recursion per level of the schema, and refuses what nests past MAX_SCHEMA_DEPTH.
+ */
+function enforceable (schema: unknown, defNames: ReadonlySet<string>, path: string, depth: number, kept: Kept): unknown {
+  if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
+  if (!isSchemaObject(schema)) return schema // `true`, and what convert refuses
+  const s = stripAnnotations(schema)
+  const sub = (value: unknown, at: string): unknown => enforceable(value, defNames, `${path}.${at}`, depth + 1, kept)
+  if (s.$ref !== undefined) {
+    const match = typeof s.$ref === 'string' ? DEF_REF.exec(s.$ref) : null
+    return match != null && defNames.has(match[1]) ? { $ref: s.$ref } : {}
+  }
+  if (s.const !== undefined && isPrimitive(s.const)) return pick(s, ['const', 'type'])
+  if (Array.isArray(s.enum) && s.enum.every(isPrimitive)) return pick(s, ['enum', 'type'])
+  const type = s.type ?? impliedType(s)
+  const types: unknown[] = type === undefined ? [] : Array.isArray(type) ? type : [type]
+  // An unknown type is the caller's mistake, not a keyword: convert refuses it, naming it
+  if (!types.every((t) => typeof t === 'string' && TYPES.has(t))) return pick(s, ['type'])
+  const typed = pick(s, ['type', ...types.flatMap((t) => [...(KEYWORDS_BY_TYPE[t as string] ?? [])])])
+  const choice = s.anyOf !== undefined ? 'anyOf' : s.oneOf !== undefined ? 'oneOf' : null
+  if (choice != null && (!Array.isArray(s[choice]) || (s[choice] as unknown[]).length === 0)) return pick(s, [choice]) // refused as malformed
+  if (choice != null && Object.keys(typed).every((key) => key === 'type')) {
+    const alternatives = (s[choice] as unknown[]).map((alternative) => isSchemaObject(alternative) && type !== undefined &&
+      ['type', '$ref', 'const', 'enum'].every((key) => alternative[key] === undefined) ? { type, ...alternative } : alternative)
+    return { [choice]: alternatives.map((alternative, i) => sub(alternative, `${choice}[${i}]`)) }
+  }
+  if (type === undefined) return Array.isArray(s.allOf) && s.allOf.length === 1 ? sub(s.allOf[0], 'allOf[0]') : {}
+  const format = typed.format
+  if (format !== undefined && !(typeof format === 'string' && (STRING_FORMATS.has(format) || Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, format)))) delete typed.format
+  if (typed.pattern !== undefined && !isECMAScriptPattern(typed.pattern, kept)) delete typed.pattern
+  if (isSchemaObject(typed.properties)) {
+    typed.properties = Object.fromEntries(Object.entries(typed.properties).map(([name, value]) => [name, sub(value, `properties.${name}`)]))
+  }
+  if (isSchemaObject(typed.additionalProperties)) typed.additionalProperties = sub(typed.additionalProperties, 'additionalProperties')
+  if (Array.isArray(typed.items) && typed.prefixItems === undefined) {
+    typed.prefixItems = typed.items
+    delete typed.items
+  }
+  if (Array.isArray(typed.prefixItems)) typed.prefixItems = typed.prefixItems.map((item, i) => sub(item, `prefixItems[${i}]`))
+  if (typed.items === false) {
+    // No items past the prefix: as many as it lists, at most
+    const most = Array.isArray(typed.prefixItems) ? typed.prefixItems.length : 0
+    if (typed.maxItems === undefined || (typeof typed.maxItems === 'number' && typed.maxItems > most)) typed.maxItems = most
+    delete typed.items
+  } else if (isSchemaObject(typed.items)) {
+    typed.items = sub(typed.items, 'items')
+  }
+  return typed
+}
+
+/**
+ * Whether a `pattern` is kept (`enforceable`): a string that compiles as an ECMAScript regular expression with
+ * Unicode, or one convert refuses anyway (longer than MAX_PATTERN_CHARS). Past MAX_SCHEMA_PATTERNS distinct ones
+ * (more than convert takes) the rest are kept untried, so a hostile schema's patterns are compiled that often at most.
+ */
+function isECMAScriptPattern (pattern: unknown, kept: Kept): boolean {
+  if (typeof pattern !== 'string') return false
+  const known = kept.patterns.get(pattern)
+  if (known !== undefined) return known
+  if (pattern.length > MAX_PATTERN_CHARS || kept.patterns.size >= MAX_SCHEMA_PATTERNS) return true
+  let compiles = true
+  try {
+    void new RegExp(pattern, 'u')
+  } catch {
+    compiles = false
+  }
+  kept.patterns.set(pattern, compiles)
+  return compiles
+}
+
 function convert (schema: unknown, path: string, depth: number, ctx: Conversion): GbnfJsonSchema {
   if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
   grow(ctx, 1, path)
@@ -186,7 +300,7 @@ function convert (schema: unknown, path: string, depth: number, ctx: Conversion)
 
   if (s.$ref !== undefined) {
     only(s, path, ['$ref'])
-    const match = typeof s.$ref === 'string' ? /^#\/(?:\$defs|definitions)\/([^/]+)$/.exec(s.$ref) : null
+    const match = typeof s.$ref === 'string' ? DEF_REF.exec(s.$ref) : null
     if (match == null || !ctx.defNames.has(match[1])) throw invalid(`${path}.$ref`, 'must point at an entry of the root $defs')
     const refs = ctx.refs.get(ctx.part) ?? []
     ctx.refs.set(ctx.part, [...refs, { depth, to: match[1] }])
@@ -823,11 +937,13 @@ function jsonType (value: unknown): string {
  */
 export const MAX_SCHEMA_PATTERNS = 256
 const PATTERNS_KEPT = MAX_SCHEMA_PATTERNS
+/** Longest `pattern` taken. */
+const MAX_PATTERN_CHARS = 1024
 const patterns = new Map<string, RegExp>()
 
 /** A schema's `pattern` as a JavaScript RegExp (ECMA-262, as JSON Schema defines it, with Unicode); refused when invalid. */
 function compilePattern (pattern: unknown, param: string): RegExp {
-  if (typeof pattern !== 'string' || pattern.length > 1024) throw invalid(param, 'must be a regular expression of at most 1024 characters')
+  if (typeof pattern !== 'string' || pattern.length > MAX_PATTERN_CHARS) throw invalid(param, `must be a regular expression of at most ${MAX_PATTERN_CHARS} characters`)
   let compiled = patterns.get(pattern)
   if (compiled == null) {
     // A repeated group holding a repetition can take exponential time on a long answer: refused up front (every other

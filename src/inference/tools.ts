@@ -67,8 +67,11 @@ function toFunctions (tools: readonly ToolDefinition[]): { functions: ChatModelF
       throw new InvalidGenerationRequestError(`a tool name must be 1 to ${MAX_TOOL_NAME_CHARS} letters, digits, _ or -`, `tools.${i}.function.name`)
     }
     if (Object.hasOwn(functions, tool.name)) throw new InvalidGenerationRequestError(`two tools are named ${tool.name}`, `tools.${i}.function.name`)
-    // The same translation as response_format: a constraint the grammar cannot enforce is refused, naming it.
-    const params = tool.parameters == null ? null : toOutputSchema(tool.parameters, `tools.${i}.function.parameters`)
+    // The translation response_format gets, except that a keyword the grammar cannot enforce is left out rather than
+    // refused, as the real APIs take any JSON Schema for a tool that is not strict: clients send their tools with every
+    // request, so one MCP or zod schema holding `propertyNames` would otherwise fail the whole session. The limits
+    // against hostile schemas still refuse.
+    const params = tool.parameters == null ? null : toOutputSchema(tool.parameters, `tools.${i}.function.parameters`, { unenforceable: 'leave out' })
     if (params != null) parameters.set(tool.name, params)
     functions[tool.name] = {
       ...(tool.description == null ? {} : { description: tool.description }),

@@ -4,7 +4,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import type OpenAI from 'openai'
-import { startChatNode, TINY_MODEL_ID, type ChatTestNode } from '../support/chat-node.ts'
+import { collectSse, startChatNode, TINY_MODEL_ID, type ChatTestNode } from '../support/chat-node.ts'
 import { CLOCK, WEATHER, assertValidArguments } from '../support/tools.ts'
 import type { TestContext } from 'node:test'
 
@@ -144,4 +144,96 @@ test('tool requests it cannot serve as asked are refused with 400 naming the par
     assert.equal(res.body.error.param, param, JSON.stringify(res.body))
   }
   assert.deepEqual(node.engine.stats(), { slots: 2, busySlots: 0, queued: 0 }, 'nothing took a slot')
+})
+
+/**
+ * A tool's parameters as zod v4 and MCP servers write them: keywords no grammar here enforces (`propertyNames` from
+ * `z.record`, `uniqueItems`, `multipleOf`, `not`, `allOf`, `contains`, `dependentRequired`, `format: "regex"`). Every
+ * string and list is bounded, so the random model's call ends.
+ */
+const CONFIGURE = {
+  type: 'object',
+  properties: {
+    env: { type: 'object', propertyNames: { type: 'string', pattern: '^[A-Z_]+$' }, additionalProperties: { type: 'string', maxLength: 4 }, maxProperties: 2 },
+    tags: { type: 'array', items: { type: 'string', maxLength: 4 }, maxItems: 3, uniqueItems: true, contains: { const: 'x' } },
+    step: { type: 'integer', minimum: 0, maximum: 20, multipleOf: 5 },
+    mode: { type: 'string', maxLength: 4, not: { const: '' } },
+    id: { allOf: [{ $ref: '#/$defs/id' }], description: 'pydantic gives a $ref a description this way' },
+    expression: { type: 'string', format: 'regex', maxLength: 4 }
+  },
+  required: ['tags', 'step'],
+  allOf: [{ required: ['mode'] }],
+  dependentRequired: { env: ['mode'] },
+  $defs: { id: { type: 'integer', minimum: 1, maximum: 9 } }
+}
+
+test('a tool\'s parameters with keywords the grammar cannot enforce are taken, those left out; response_format still refuses them', async (t) => {
+  const { api } = await startToolNode(t)
+  const tools = [{ type: 'function', function: { name: 'configure', parameters: CONFIGURE } }]
+  const called = await api.post('/v1/chat/completions', { model: TINY_MODEL_ID, messages: ask, tools, tool_choice: 'required', temperature: 0 })
+  assert.equal(called.status, 200, JSON.stringify(called.body))
+  assert.equal(called.body.choices[0].finish_reason, 'tool_calls')
+  const call = called.body.choices[0].message.tool_calls[0]
+  assert.equal(call.function.name, 'configure')
+  // Held to what the grammar enforces: the named properties, of their types and bounds
+  const args = JSON.parse(call.function.arguments) as Record<string, unknown>
+  assert.deepEqual(Object.keys(args).filter((key) => !Object.hasOwn(CONFIGURE.properties, key)), [], call.function.arguments)
+  assert.ok(Array.isArray(args.tags) && args.tags.length <= 3, call.function.arguments)
+  assert.ok(Number.isInteger(args.step) && (args.step as number) >= 0 && (args.step as number) <= 20, call.function.arguments)
+  // Anthropic's Messages API takes the same schema as a tool's input_schema
+  const messages = await api.post('/v1/messages', {
+    model: TINY_MODEL_ID, max_tokens: 200, messages: ask, temperature: 0,
+    tools: [{ name: 'configure', input_schema: CONFIGURE }], tool_choice: { type: 'any' }
+  })
+  assert.equal(messages.status, 200, JSON.stringify(messages.body))
+  assert.equal(messages.body.stop_reason, 'tool_use')
+
+  // As response_format's schema, output must hold to all of it: refused, naming the first keyword it cannot
+  const format = await api.post('/v1/chat/completions', {
+    model: TINY_MODEL_ID, messages: ask, max_tokens: 4, response_format: { type: 'json_schema', json_schema: { name: 'configure', schema: CONFIGURE } }
+  })
+  assert.equal(format.status, 400, JSON.stringify(format.body))
+  assert.equal(format.body.error.type, 'invalid_request_error')
+  assert.equal(format.body.error.param, 'response_format.json_schema.schema.allOf')
+  assert.match(format.body.error.message, /is not supported for constrained output/)
+  // The limits against hostile schemas hold for tools too
+  const hostile = await api.post('/v1/chat/completions', {
+    model: TINY_MODEL_ID, messages: ask, max_tokens: 4,
+    tools: [{ type: 'function', function: { name: 'configure', parameters: { ...CONFIGURE, properties: Object.fromEntries(Array.from({ length: 128 }, (_, i) => [`p${i}`, { not: {} }])) } } }]
+  })
+  assert.equal(hostile.status, 400, JSON.stringify(hostile.body))
+  assert.match(hostile.body.error.message, /more than 4096 subschemas \(a value of any JSON counts 32\)/)
+})
+
+test('a tool call that breaks what its grammar could not enforce fails as an answer breaking response_format\'s schema does', async (t) => {
+  const { api } = await startToolNode(t)
+  // A pattern the grammar does not write: at temperature 0 the random model's string does not match it
+  const schema = { type: 'object', properties: { code: { type: 'string', maxLength: 3, pattern: '^zq[0-9]$' } }, required: ['code'], additionalProperties: false }
+  const byTool = { model: TINY_MODEL_ID, messages: ask, max_tokens: 60, temperature: 0, tools: [{ type: 'function', function: { name: 'lookup', parameters: schema } }], tool_choice: 'required' }
+  const byFormat = { model: TINY_MODEL_ID, messages: ask, max_tokens: 60, temperature: 0, response_format: { type: 'json_schema', json_schema: { name: 'lookup', schema } } }
+  const answer = await api.post('/v1/chat/completions', byFormat)
+  const call = await api.post('/v1/chat/completions', byTool)
+  assert.equal(answer.status, 503, JSON.stringify(answer.body))
+  assert.equal(call.status, 503, JSON.stringify(call.body))
+  assert.deepEqual(Object.keys(call.body.error).sort(), Object.keys(answer.body.error).sort())
+  assert.equal(call.body.error.type, answer.body.error.type)
+  assert.match(call.body.error.message, /^The model's call of lookup breaks its schema: arguments\.code does not match the pattern \^zq\[0-9\]\$\. Ask again\.$/)
+  assert.match(answer.body.error.message, /^The model's answer breaks its schema: answer\.code does not match the pattern/)
+
+  // Streamed, the call's deltas had gone out; the stream ends with the error event response_format's break ends with
+  const streamed = async (body: object): Promise<string[]> => {
+    const res = await fetch(`${api.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) })
+    assert.equal(res.status, 200)
+    return (await collectSse(res)).data
+  }
+  const answerEvents = await streamed(byFormat)
+  const callEvents = await streamed(byTool)
+  for (const events of [answerEvents, callEvents]) assert.equal(events.at(-1), '[DONE]')
+  const answerError = JSON.parse(answerEvents.at(-2) as string)
+  const callError = JSON.parse(callEvents.at(-2) as string)
+  assert.deepEqual(Object.keys(callError).sort(), Object.keys(answerError).sort())
+  assert.equal(callError.error.type, answerError.error.type)
+  assert.equal(callError.error.message, call.body.error.message)
+  assert.ok(callEvents.some((data) => data !== '[DONE]' && JSON.parse(data).choices?.[0]?.delta?.tool_calls != null), 'the call had begun')
+  assert.ok(!callEvents.some((data) => data !== '[DONE]' && JSON.parse(data).choices?.[0]?.finish_reason === 'tool_calls'), 'not given as a finished call')
 })

@@ -4,7 +4,7 @@ import { InvalidGenerationRequestError } from '../../src/inference/index.ts'
 import type { GbnfJsonSchema } from 'node-llama-cpp'
 import { getSharedLlama } from '../../src/inference/llama.ts'
 import {
-  MAX_ALTERNATIVES, MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_REF_NESTING, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REPETITIONS, MAX_SCHEMA_SUBSCHEMAS, toOutputSchema
+  MAX_ALTERNATIVES, MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_REF_NESTING, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REPETITIONS, MAX_SCHEMA_SUBSCHEMAS, toOutputSchema, type OutputSchema
 } from '../../src/inference/grammar-schema.ts'
 
 /** The grammar made of `schema`. */
@@ -352,3 +352,71 @@ await test('patterns: many distinct ones, and alternatives matched only by their
   assert.equal(outputViolation({ type: 'string', pattern: '^[a-z0-9]+(?:-[a-z0-9]+)*$' }, 'a-slug-2', 'answer'), null)
 })
 
+
+await test('a tool\'s parameters: keywords the grammar cannot enforce are left out, of the grammar and the check alike; the limits still refuse', async () => {
+  const leftOut = (schema: unknown): OutputSchema => toOutputSchema(schema, 'tools.0.function.parameters', { unenforceable: 'leave out' })
+  // As zod v4 writes z.record(z.string(), z.string()), and a tuple: the record's values are held, its keys are any
+  const record = { type: 'object', propertyNames: { type: 'string' }, additionalProperties: { type: 'string' } }
+  assert.deepEqual(leftOut(record).grammar, { type: 'object', additionalProperties: { type: 'string' } })
+  const tuple = { type: 'array', prefixItems: [{ type: 'string' }, { type: 'number' }], items: false, minItems: 2, maxItems: 2 }
+  assert.deepEqual(leftOut(tuple).grammar, { type: 'array', prefixItems: [{ type: 'string' }, { type: 'number' }], minItems: 2, maxItems: 2 })
+  assert.deepEqual(leftOut({ type: 'array', prefixItems: [{ type: 'string' }], items: false }).grammar, { type: 'array', prefixItems: [{ type: 'string' }], maxItems: 1 })
+  const schema = {
+    type: 'object',
+    properties: {
+      tags: { type: 'array', items: { type: 'string' }, uniqueItems: true, contains: { const: 'x' } },
+      step: { type: 'number', multipleOf: 5 },
+      mode: { not: { type: 'null' } },
+      both: { allOf: [{ type: 'string' }, { minLength: 1 }] },
+      id: { allOf: [{ $ref: '#/$defs/id' }], description: 'a $ref described, as pydantic writes it' },
+      self: { $ref: '#' },
+      expression: { type: 'string', format: 'regex' },
+      code: { type: 'string', pattern: '^zq[0-9]$', if: { minLength: 1 }, then: { maxLength: 3 } },
+      mail: { type: 'string', anyOf: [{ format: 'email' }, { format: 'uuid' }] },
+      dialect: { type: 'string', pattern: '^a\\-b$' }
+    },
+    allOf: [{ required: ['mode'] }],
+    dependentRequired: { tags: ['step'] },
+    $defs: { id: { type: 'integer', minimum: 1, maximum: 3 } }
+  }
+  // response_format (the default) refuses them, naming the first
+  assert.throws(() => toGrammarSchema(schema, 'schema'), (err: unknown) => err instanceof InvalidGenerationRequestError && err.param === 'schema.allOf')
+  const kept = leftOut(schema)
+  const properties = (kept.grammar as unknown as { oneOf: Array<{ properties: Record<string, unknown> }> }).oneOf[0].properties
+  assert.deepEqual(properties.tags, { type: 'array', items: { type: 'string' } })
+  assert.deepEqual(properties.step, { type: 'number' })
+  assert.deepEqual(properties.mode, ANY)
+  assert.deepEqual(properties.both, ANY)
+  assert.deepEqual(properties.id, { $ref: '#/$defs/id' })
+  assert.deepEqual(properties.self, ANY)
+  assert.deepEqual(properties.expression, { type: 'string' })
+  assert.deepEqual(properties.mail, { oneOf: [{ type: 'string' }, { type: 'string' }] })
+  // What was left out is not checked on the output either; what the grammar leaves to the check still is
+  const valid = { tags: ['a', 'a'], step: 7, mode: null, both: 3, id: 2, self: [], expression: '(', code: 'zq1', mail: 'a@b.co', dialect: 'x' }
+  assert.equal(kept.violation(valid, 'arguments'), null)
+  assert.equal(kept.violation({ ...valid, code: 'zq10' }, 'arguments'), 'arguments.code does not match the pattern ^zq[0-9]$')
+  assert.equal(kept.violation({ ...valid, mail: 'nobody' }, 'arguments'), 'arguments.mail is not a valid email')
+  const llama = await getSharedLlama(1)
+  for (const compiled of [record, tuple, schema]) await assert.doesNotReject(llama.createGrammarForJsonSchema<GbnfJsonSchema>(leftOut(compiled).grammar))
+
+  // The limits against hostile schemas, a malformed keyword and a schema no value holds are refused as before
+  const free = (n: number, value: unknown): object => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, value])) })
+  assert.doesNotThrow(() => leftOut(free(127, { not: {} })))
+  assert.throws(() => leftOut(free(128, { not: {} })), /more than 4096 subschemas \(a value of any JSON counts 32\)/)
+  let deep: object = { type: 'string' }
+  for (let i = 0; i < 40; i++) deep = { allOf: [deep] }
+  assert.throws(() => leftOut(deep), /nests deeper than 32 levels/)
+  const cases: Array<[unknown, string]> = [
+    [{ type: 'string', pattern: '^(a+)+$' }, 'tools.0.function.parameters.pattern'],
+    [{ type: 'string', minLength: 100_000 }, 'tools.0.function.parameters.minLength'],
+    [{ type: 'string', maxLength: -1 }, 'tools.0.function.parameters.maxLength'],
+    [{ type: 'banana' }, 'tools.0.function.parameters.type'],
+    [{ type: 'string', const: 1 }, 'tools.0.function.parameters.const'],
+    [{ enum: Array.from({ length: 2000 }, (_, i) => i) }, 'tools.0.function.parameters.enum']
+  ]
+  for (const [refused, param] of cases) {
+    assert.throws(() => leftOut(refused), (err: unknown) => err instanceof InvalidGenerationRequestError && err.param === param, JSON.stringify(refused).slice(0, 80))
+  }
+  const patterns = { type: 'object', properties: Object.fromEntries(Array.from({ length: MAX_SCHEMA_PATTERNS + 1 }, (_, i) => [`p${i}`, { type: 'string', pattern: `^a{${i}}$`, uniqueItems: true }])) }
+  assert.throws(() => leftOut(patterns), /more than 256 distinct patterns/)
+})
