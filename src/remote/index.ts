@@ -4,4 +4,4 @@
 export { PeerRouter } from './router.ts'
 export type { PeerRouterDeps, PeerRouterOptions, RouterNetwork, InferenceBilling } from './router.ts'
 export { createInferHandler, INFER_PROTOCOL, INFER_PROTOCOL_CHAT, INFER_PROTOCOL_REASONING, MAX_INBOUND_INFER_STREAMS, RemoteInferenceError } from './infer.ts'
-export type { InferHandlerDeps } from './infer.ts'
+export type { InferHandlerDeps, InferHandlerOptions } from './infer.ts'

@@ -3,7 +3,9 @@ import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
 import type { InferenceEvent, InferenceRequest } from '../inference/index.ts'
 import type { PeerGeneration } from '../serving/index.ts'
-import { ProtocolError, askPeer, batchesWithKeepAlives, isHostile, readRequest, writeMessage, type FrameStream, type PeerStreams } from '../wire/index.ts'
+import {
+  DEFAULT_WRITE_TIMEOUT_MS, ProtocolError, askPeer, batchesWithKeepAlives, isHostile, readRequest, writeMessage, type FrameStream, type PeerStreams
+} from '../wire/index.ts'
 import {
   AnswerCheck, INFER_PROTOCOL_REASONING, InferFrame, InferRequest, MAX_INFER_REQUEST_BYTES, MAX_INFER_RESPONSE_FRAME_BYTES, inferProtocols,
   type InferErrorKind
@@ -81,14 +83,21 @@ export interface InferHandlerDeps {
   log: Logger
 }
 
+export interface InferHandlerOptions {
+  /** Deadline for each answer frame to leave (the wire's, for every protocol). @default DEFAULT_WRITE_TIMEOUT_MS */
+  writeTimeoutMs?: number
+}
+
 /**
  * The serving side, for both protocol versions: a peer's request goes through the serving policy (which admits it or
  * refuses it) to the engine, and its events come back as frames: keep-alives while it waits for a slot, text and
  * argument fragments (everything generated while the last frame was written goes out together), tool calls and
  * vectors as they come, then one final `done` or `error`. A malformed, oversized or invalid request throws
- * (ProtocolError): the network resets the stream and bans the peer.
+ * (ProtocolError): the network resets the stream and bans the peer. A requester that stops reading has its stream
+ * reset when a frame does not leave within the write deadline, which cancels the generation and ends its admission.
  */
-export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, peer: RemotePeer) => Promise<void> {
+export function createInferHandler (deps: InferHandlerDeps, options: InferHandlerOptions = {}): (stream: Stream, peer: RemotePeer) => Promise<void> {
+  const writeTimeoutMs = options.writeTimeoutMs ?? DEFAULT_WRITE_TIMEOUT_MS
   return async (stream, peer) => {
     const { frames, request: ask } = await readRequest(stream, InferRequest, { maxRequestBytes: MAX_INFER_REQUEST_BYTES, timeoutMs: INFER_REQUEST_TIMEOUT_MS })
     const peerGone = new AbortController()
@@ -98,7 +107,7 @@ export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, pe
     const events = deps.policy.generate({
       kind: ask.request.kind, nodeID: peer.nodeID, ptnID: ask.ptnID, requesterLabel: ask.requester ?? null, modelID: ask.modelID, request: ask.request as InferenceRequest
     }, { signal })
-    const out = new FrameWriter(frames, signal)
+    const out = new FrameWriter(frames, signal, writeTimeoutMs)
     try {
       const batches = batchesWithKeepAlives(events, { everyMs: INFER_KEEPALIVE_MS, keepAlive: async () => { await out.write({ type: 'keepalive' }) } })
       for await (const batch of batches) {
@@ -129,7 +138,8 @@ export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, pe
       }
       throw new Error('generation ended without a final event')
     } catch (err) {
-      if (signal.aborted) return   // the requester left; the generation stopped with it
+      // The requester left, or stopped reading (the write deadline reset the stream); the generation stopped with it
+      if (signal.aborted) return
       const frame = toErrorFrame(err)
       if (frame.kind === 'internal') deps.log.error({ err, peer: peer.nodeID, modelID: ask.modelID }, 'serving a peer request failed')
       await out.write(frame)
@@ -145,13 +155,15 @@ export function createInferHandler (deps: InferHandlerDeps): (stream: Stream, pe
 class FrameWriter {
   readonly #frames: FrameStream
   readonly #signal: AbortSignal
+  readonly #timeoutMs: number
   /** null: answer text; a number: that tool call's arguments. */
   #pendingIndex: number | null = null
   #pending = ''
 
-  constructor (frames: FrameStream, signal: AbortSignal) {
+  constructor (frames: FrameStream, signal: AbortSignal, timeoutMs: number) {
     this.#frames = frames
     this.#signal = signal
+    this.#timeoutMs = timeoutMs
   }
 
   async text (index: number | null, text: string): Promise<void> {
@@ -166,12 +178,12 @@ class FrameWriter {
     const text = this.#pending
     this.#pending = ''
     const frame: InferFrame = this.#pendingIndex == null ? { type: 'delta', text } : { type: 'tool_arguments', index: this.#pendingIndex, text }
-    await writeMessage(this.#frames, frame, { signal: this.#signal })
+    await writeMessage(this.#frames, frame, { signal: this.#signal, timeoutMs: this.#timeoutMs })
   }
 
   async write (frame: InferFrame): Promise<void> {
     await this.flush()
-    await writeMessage(this.#frames, frame, { signal: this.#signal })
+    await writeMessage(this.#frames, frame, { signal: this.#signal, timeoutMs: this.#timeoutMs })
   }
 }
 

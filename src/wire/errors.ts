@@ -6,7 +6,7 @@
  * - `invalid`: JSON of the wrong shape for its schema
  * - `bad_signature`: a signed envelope whose signature does not verify
  * - `wrong_signer`: a valid signature, by another key than the one the protocol requires
- * - `timeout`: no complete frame within the read deadline
+ * - `timeout`: no complete frame within the read deadline, or the peer took none of ours within the write deadline
  * - `eof`: the stream ended before a complete frame arrived (a protocol that streams must send an explicit last frame,
  *   because a relay cutting a connection at its data limit looks exactly like an orderly end)
  * - `refused`: the remote understood the request and answered that it will not do it

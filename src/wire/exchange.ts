@@ -118,17 +118,20 @@ export interface ServeOptions {
   maxAnswerBytes?: number
   /** Deadline of the request frame. */
   timeoutMs: number
+  /** Deadline for each answer frame to leave (a requester that stops reading is reset). @default DEFAULT_WRITE_TIMEOUT_MS */
+  writeTimeoutMs?: number
 }
 
 /**
  * The serving side of one request and one answer: reads the request with a deadline, lets `answer` decide, writes the
- * answer and closes. A broken request throws ProtocolError; the caller (the network's guard) resets the stream and
- * holds the sender to account.
+ * answer with a deadline too and closes. A broken request throws ProtocolError, and so does an answer the requester
+ * does not take (`timeout`: the stream is reset); the caller (the network's guard) resets the stream and holds the
+ * sender to account.
  */
 export async function serveRequest<S extends z.ZodType> (stream: Stream, schema: S, answer: (request: z.output<S>) => unknown, options: ServeOptions): Promise<void> {
   const frames = openFrames(stream, { maxFrameBytes: options.maxRequestBytes })
   const request = await readMessage(frames, schema, { timeoutMs: options.timeoutMs })
-  await writeMessage(frames, await answer(request), { maxFrameBytes: options.maxAnswerBytes })
+  await writeMessage(frames, await answer(request), { maxFrameBytes: options.maxAnswerBytes, timeoutMs: options.writeTimeoutMs })
   await stream.close()
 }
 

@@ -1,4 +1,4 @@
-import type { Stream } from '@libp2p/interface'
+import type { Stream, StreamCloseEvent } from '@libp2p/interface'
 // libp2p v3 streams are event-based message streams (`send`, 'message' events), no longer it-stream-types duplexes
 // with `sink`/`source`. it-length-prefixed-stream 3.x still calls `duplex.sink()` and fails on them, so we use the
 // v3-native lpStream of @libp2p/utils, which libp2p's own protocols (identify, relay) use.
@@ -18,6 +18,12 @@ let lpStream: typeof LpStream | undefined
 export const DEFAULT_MAX_FRAME_BYTES = 256 * 1024
 /** Default deadline for one frame to arrive. */
 export const DEFAULT_READ_TIMEOUT_MS = 10_000
+/**
+ * Default deadline for one frame to leave: a peer that stops reading closes its flow-control window, and without a
+ * deadline our write would wait for it forever, holding the stream, its buffers and the work behind it (a generation
+ * and its admission). A peer that reads at all takes a frame far sooner.
+ */
+export const DEFAULT_WRITE_TIMEOUT_MS = 30_000
 // @libp2p/utils buffers what the peer sends until we read it and aborts the stream past this size (its default is
 // 4 MiB); it must hold at least one whole frame, plus what a fast sender pushes while we handle the previous one.
 const MIN_READ_BUFFER_BYTES = 4 * 1024 * 1024
@@ -81,17 +87,65 @@ export async function readMessage<S extends z.ZodType> (frames: FrameStream, sch
 }
 
 export interface WriteMessageOptions {
+  /** Cancels the write; its reason is thrown as is. */
   signal?: AbortSignal
   /** Refuse to send a frame above this size; the peer would refuse it anyway. @default frames.maxFrameBytes */
   maxFrameBytes?: number
+  /** Deadline for the frame to leave the stream's buffer; null waits as long as `signal` allows. @default DEFAULT_WRITE_TIMEOUT_MS */
+  timeoutMs?: number | null
 }
 
-/** Writes one JSON frame, waiting while the stream applies backpressure. */
+/**
+ * Writes one JSON frame, waiting while the stream applies backpressure until all of it has left the stream's buffer, so
+ * that a `close()` after it has nothing left to wait for. A frame not gone within the deadline resets the stream (the
+ * peer stopped reading; the stream's 'close' cancels whatever waits on it) and throws `ProtocolError` `timeout`.
+ */
 export async function writeMessage (frames: FrameStream, value: unknown, options: WriteMessageOptions = {}): Promise<void> {
   const bytes = new TextEncoder().encode(JSON.stringify(value))
   const max = options.maxFrameBytes ?? frames.maxFrameBytes
   if (bytes.byteLength > max) throw new ProtocolError(`Frame of ${bytes.byteLength} bytes exceeds the limit of ${max}`, 'too_large')
-  await frames.lp.write(bytes, { signal: options.signal })
+  const timeoutMs = options.timeoutMs === undefined ? DEFAULT_WRITE_TIMEOUT_MS : options.timeoutMs
+  const deadline = timeoutMs == null ? null : AbortSignal.timeout(timeoutMs)
+  const signals = [deadline, options.signal].filter((s): s is AbortSignal => s != null)
+  const signal = signals.length > 0 ? AbortSignal.any(signals) : undefined
+  try {
+    await frames.lp.write(bytes, { signal })
+    await sent(frames.stream, signal)
+  } catch (err) {
+    if (options.signal?.aborted === true) throw options.signal.reason
+    if (deadline?.aborted !== true) throw err
+    const late = new ProtocolError(`The peer took no frame within ${timeoutMs} ms`, 'timeout', { cause: err })
+    frames.stream.abort(late)
+    throw late
+  }
+}
+
+/**
+ * Resolves once `stream` holds nothing unsent and can take more. The frame writer waits for one 'drain' only; what is
+ * left after it goes out with later window updates, and a `close()` would wait for those without a deadline.
+ */
+async function sent (stream: Stream, signal: AbortSignal | undefined): Promise<void> {
+  while (stream.writeBufferLength > 0 || stream.writableNeedsDrain) {
+    if (stream.status !== 'open' && stream.status !== 'closing') throw new Error(`The stream was ${stream.status} before the frame was sent`)
+    signal?.throwIfAborted()
+    await new Promise<void>((resolve, reject) => {
+      const done = (err?: unknown): void => {
+        stream.removeEventListener('drain', onProgress)
+        stream.removeEventListener('idle', onProgress)
+        stream.removeEventListener('close', onClose)
+        signal?.removeEventListener('abort', onAbort)
+        if (err == null) resolve()
+        else reject(err)
+      }
+      const onProgress = (): void => { done() }
+      const onClose = (evt: StreamCloseEvent): void => { done(evt.error ?? new Error('The stream closed before the frame was sent')) }
+      const onAbort = (): void => { done(signal?.reason) }
+      stream.addEventListener('drain', onProgress)
+      stream.addEventListener('idle', onProgress)
+      stream.addEventListener('close', onClose)
+      signal?.addEventListener('abort', onAbort)
+    })
+  }
 }
 
 function fromFramingError (err: unknown, maxFrameBytes: number): unknown {

@@ -4,7 +4,7 @@
 export { canonicalJson } from './canonical-json.ts'
 export { ProtocolError, isHostile } from './errors.ts'
 export type { ProtocolErrorCode } from './errors.ts'
-export { openFrames, readMessage, writeMessage, parseWith, firstOrTimeout, DEFAULT_MAX_FRAME_BYTES, DEFAULT_READ_TIMEOUT_MS } from './frames.ts'
+export { openFrames, readMessage, writeMessage, parseWith, firstOrTimeout, DEFAULT_MAX_FRAME_BYTES, DEFAULT_READ_TIMEOUT_MS, DEFAULT_WRITE_TIMEOUT_MS } from './frames.ts'
 export type { FrameStream, FrameStreamOptions, ReadMessageOptions, WriteMessageOptions } from './frames.ts'
 export { SignedEnvelope, ENVELOPE_SIGNATURE, signEnvelope, openEnvelope, reopenEnvelope, signCanonical, verifyCanonical } from './envelope.ts'
 export type { EnvelopeOptions, OpenEnvelopeOptions } from './envelope.ts'

@@ -10,6 +10,7 @@ import {
   ProtocolError, askOnStream, backoffDelayMs, canonicalJson, openEnvelope, openFrames, openPeerStream, readMessage, reopenEnvelope,
   requestOnStream, serveRequest, signEnvelope, writeMessage
 } from '../../src/wire/index.ts'
+import { yamuxPair } from '../support/yamux-pair.ts'
 
 function isProtocolError (code: ProtocolError['code']): (err: unknown) => boolean {
   return (err) => {
@@ -117,6 +118,37 @@ test('an asker that stops reading resets the stream: the serving side sees it cl
   }
   await closed
   assert.equal(asker.status, 'aborted')
+})
+
+test('a peer that stops reading: a frame it does not take within the write deadline resets the stream and is a timeout', { timeout: 60_000 }, async (t) => {
+  const [reader, writer] = await yamuxPair(t, '/test/1')
+  reader.pause()   // sends no more window updates: the writer's window closes, and its writes wait
+  const frames = openFrames(writer)
+  const part = { type: 'part', text: 'x'.repeat(16 * 1024) }
+  let written = 0
+  await assert.rejects(async () => {
+    for (;;) {
+      await writeMessage(frames, part, { timeoutMs: 200 })
+      written++
+    }
+  }, isProtocolError('timeout'))
+  assert.ok(written > 0, 'frames went out while there was room for them')
+  assert.equal(writer.status, 'aborted', 'the writer reset the stream it gave up on')
+  reader.abort(new Error('test done'))
+})
+
+test('a frame is written once all of it has left: a peer that takes part of it and stops is a timeout too', { timeout: 60_000 }, async (t) => {
+  const [reader, writer] = await yamuxPair(t, '/test/1')
+  reader.pause()
+  const frames = openFrames(writer, { maxFrameBytes: 1024 * 1024 })
+  // More than two windows of 256 KiB: the first goes at once, and the writer waits for room.
+  const writing = writeMessage(frames, { type: 'part', text: 'x'.repeat(600 * 1024) }, { timeoutMs: 1_000 })
+  assert.equal(writer.writableNeedsDrain, true)
+  // One window update, then none: the frame writer's wait for room ends, and the rest of the frame waits for more.
+  reader.resume()
+  reader.pause()
+  await assert.rejects(writing, isProtocolError('timeout'))
+  assert.equal(writer.status, 'aborted', 'a close() after it would have waited for the rest, without a deadline')
 })
 
 test('opening a stream to a peer: the caller\'s abort is its own reason, anything else names the peer', async () => {

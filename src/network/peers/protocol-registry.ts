@@ -5,6 +5,15 @@ import type { Admission } from './admission.ts'
 import type { PeerHost } from '../host/libp2p-node.ts'
 import { handleProtocol, peerIdToNodeID } from '../host/peer-ids.ts'
 
+/**
+ * How long a stream may stay open after its handler returned, for the peer to close its side. A requester half-closes
+ * right after its request, so by the time the answer is written its side is closed, or is a moment from it; a stream
+ * still open after this is reset. Otherwise a peer that never closes its side keeps the stream for as long as the
+ * connection lasts, and with it the connection counts as busy (connection-policy.ts): enough of those, and a node at
+ * its connection limit refuses everyone new.
+ */
+export const SERVED_STREAM_GRACE_MS = 5_000
+
 export interface HandleOptions {
   /** Streams one peer may have open at once on this protocol. */
   maxInboundStreams: number
@@ -94,7 +103,31 @@ export class ProtocolRegistry {
         this.#deps.log.debug({ err, nodeID, protocol }, 'inbound stream failed')
         stream.abort(err instanceof Error ? err : new Error(String(err)))
         await this.#deps.failed(nodeID, err)
+        return
+      }
+      if (!await closedWithin(stream, SERVED_STREAM_GRACE_MS)) {
+        this.#deps.log.debug({ nodeID, protocol }, 'the peer kept its side of an answered stream open; reset')
+        stream.abort(new ProtocolError(`The exchange is over and the peer did not close its side within ${SERVED_STREAM_GRACE_MS} ms`, 'timeout'))
       }
     }
   }
+}
+
+/**
+ * Whether `stream` closes (both sides done, or reset) within `ms`. A handler that returned has written its answer and
+ * closed its side: every exchange here is over when its handler returns, and nothing more from the peer is read.
+ */
+async function closedWithin (stream: Stream, ms: number): Promise<boolean> {
+  if (stream.status !== 'open' && stream.status !== 'closing') return true
+  return await new Promise<boolean>((resolve) => {
+    const onClose = (): void => {
+      clearTimeout(timer)
+      resolve(true)
+    }
+    const timer = setTimeout(() => {
+      stream.removeEventListener('close', onClose)
+      resolve(false)
+    }, ms)
+    stream.addEventListener('close', onClose, { once: true })
+  })
 }
