@@ -151,6 +151,9 @@ export class PeerNetwork extends EventEmitter<PeerTableEvents> {
     this.#book.on('advert', (entry) => {
       this.#remember(entry)
       if (this.#table.has(entry.nodeID)) this.#table.received(entry.nodeID, entry.record)   // a newer record by gossip
+      // Its certificates are verified as it is taken, once: the PTN domain remembers what the record's list proves,
+      // so `peers()`, asked on every routed request, finds them verified instead of checking them all again.
+      else this.#admission.ptnIDsOf(entry.nodeID, entry.record.ptnCertificates)
     })
     this.#policy = new ConnectionPolicy({ log: deps.log }, { maxConnections: options.maxConnections, targetPeers: options.targetPeers })
     this.#wan = new WanPresence({

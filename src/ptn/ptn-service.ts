@@ -157,14 +157,11 @@ export class PtnService {
 
   /**
    * The PTNs a peer's advertised certificates prove it a member of (each verified as `verifyMemberCertificate` does);
-   * the peer network's `verifyPtnCertificates` provider.
+   * the peer network's `verifyPtnCertificates` provider. A record's list is verified once, when first asked about, and
+   * only its expiry is judged again at each call (`VerifiedCertificates.provenPtnIDs`): the peer network asks about
+   * every peer each time it lists them.
    */
   verifiedPtnIDs (nodeID: string, certificates: readonly string[]): string[] {
-    const proven = new Set<string>()
-    for (const certData of certificates) {
-      const cert = this.verifyMemberCertificate(certData, nodeID)
-      if (cert != null) proven.add(cert.ptnID)
-    }
-    return [...proven]
+    return this.#certificates.provenPtnIDs(nodeID, certificates)
   }
 }

@@ -5,7 +5,10 @@ import { join } from 'node:path'
 import { test, type TestContext } from 'node:test'
 import { pino } from 'pino'
 import { generateSeed, identityFromSeed, type NodeIdentity } from '../../src/identity/index.ts'
+import { MAX_ADVERTISED_CERTIFICATES } from '../../src/network/peers/capabilities.ts'
+import { openCertificate } from '../../src/ptn/certificates.ts'
 import { PtnService, issueCertificate } from '../../src/ptn/index.ts'
+import { VerifiedCertificates } from '../../src/ptn/verified-certificates.ts'
 import { openDatabase } from '../../src/store/index.ts'
 import { tempDir, waitFor } from '../support/node.ts'
 import { decodeDocument, encodeDocument } from '../support/ptn.ts'
@@ -73,4 +76,35 @@ test('a peer\'s certificate: checked again on every look for its node, PTN and e
   }
   await waitFor(() => Date.now() >= expiresAt(shortLived), { what: 'the short-lived certificate to expire' })
   assert.deepEqual(ptn.verifiedPtnIDs(peer, [certData, shortLived, forged]), [ptnID], 'the expired one stopped counting')
+})
+
+test('many records of many certificates, more than the texts remembered: each list is verified once, however often it is looked at', () => {
+  // A node's own CA issues each node it runs as many certificates as a record carries: more texts in all than are remembered
+  const ca = identityFromSeed(generateSeed())
+  const HOUR = 60 * 60_000
+  let clock = Date.now()
+  const nodes = Array.from({ length: 4 }, () => identityFromSeed(generateSeed()).nodeID)
+  const lists = nodes.map((nodeID) => Array.from({ length: MAX_ADVERTISED_CERTIFICATES }, (_, i) =>
+    issueCertificate(ca, { ptnName: `ptn-${i}`, nodeID, role: 'provider', issuerNodeID: ca.nodeID, now: clock, ttlMs: (i + 1) * HOUR })))
+  let opened = 0
+  const certificates = new VerifiedCertificates({ maxEntries: 2 * MAX_ADVERTISED_CERTIFICATES, now: () => clock, open: (certData) => { opened++; return openCertificate(certData) } })
+
+  // Every peer listed, again and again, in the same order (what listing the peers does on every routed request)
+  for (let look = 0; look < 3; look++) {
+    nodes.forEach((nodeID, i) => { assert.deepEqual(certificates.provenPtnIDs(nodeID, lists[i]), [ca.nodeID], `look ${look}`) })
+  }
+  assert.equal(opened, nodes.length * MAX_ADVERTISED_CERTIFICATES, 'each certificate\'s signature checked once')
+
+  // Expiry is still judged at every look: past the last one's, a list proves nothing, and nothing was opened again
+  clock += MAX_ADVERTISED_CERTIFICATES * HOUR
+  assert.deepEqual(certificates.provenPtnIDs(nodes[0], lists[0]), [])
+  assert.equal(opened, nodes.length * MAX_ADVERTISED_CERTIFICATES)
+
+  // Another node's certificates, or another PTN's, cannot count for what is asked: passed over without a signature check
+  const others = Array.from({ length: MAX_ADVERTISED_CERTIFICATES }, () => issueCertificate(ca, { ptnName: 'theirs', nodeID: nodes[1], role: 'admin', issuerNodeID: ca.nodeID }))
+  assert.deepEqual(certificates.provenPtnIDs(nodes[0], others), [])
+  for (const certData of others) assert.equal(certificates.check(certData, { nodeID: nodes[1], ptnID: nodes[2] }), null)
+  assert.equal(opened, nodes.length * MAX_ADVERTISED_CERTIFICATES)
+  assert.equal(certificates.check(others[0], { nodeID: nodes[1], ptnID: ca.nodeID })?.role, 'admin', 'one that may count is checked')
+  assert.equal(opened, nodes.length * MAX_ADVERTISED_CERTIFICATES + 1)
 })

@@ -2,9 +2,10 @@ import type { Message, TopicValidatorResult } from '@libp2p/gossipsub'
 import type { Logger } from 'pino'
 import type { NodeIdentity } from '../../identity/index.ts'
 import { ProtocolError, isHostile, type PeerStreams, type SignedEnvelope } from '../../wire/index.ts'
-import { ADVERTS_TOPIC, Advert, type AdvertBook, DEFAULT_ADVERT_REFRESH_MS, MAX_ADVERT_BYTES, openAdvert, signAdvert, syncAdverts } from './adverts.ts'
+import { ADVERTS_TOPIC, Advert, type AdvertBook, DEFAULT_ADVERT_REFRESH_MS, MAX_ADVERT_BYTES, MAX_ADVERT_VALUES, advertTextTooLarge, openAdvert, signAdvert, syncAdverts } from './adverts.ts'
 import type { CapabilityRecord } from '../peers/capabilities.ts'
 import type { PeerHost } from '../host/libp2p-node.ts'
+import { MAX_CLOCK_SKEW_MS } from '../relay/directory.ts'
 
 /**
  * gossipsub's verdicts, by value (its TopicValidatorResult enum): a value import of @libp2p/gossipsub would load the
@@ -223,13 +224,21 @@ export class AdvertGossip {
     if (this.#unheard) this.publishSoon()
   }
 
-  /** gossipsub's validator: a new advert is kept and passed on; a known one is not; a forged one is rejected. */
+  /**
+   * gossipsub's validator: a new advert is kept and passed on; a known one is not; a forged one is rejected. It runs
+   * synchronously for every message, so the cheapest checks come first: the text's size and number of values, before
+   * JSON.parse builds them; then each signature, before its schema walks the record (`openAdvert`).
+   */
   #validate (message: Message): TopicValidatorResult {
     try {
-      if (message.data.byteLength > MAX_ADVERT_BYTES) throw new ProtocolError('Advert over its size limit', 'too_large')
+      if (advertTextTooLarge(message.data)) throw new ProtocolError(`Advert over ${MAX_ADVERT_BYTES} bytes or ${MAX_ADVERT_VALUES} values`, 'too_large')
       const advert = Advert.parse(JSON.parse(Buffer.from(message.data).toString('utf8')))
       // The advert held already (from a sync) is passed on all the same: the nodes beyond may not have it.
       if (this.#deps.book.holds(advert)) return VERDICT.accept
+      // From the future by this node's clock, not by the forwarder's: clocks disagree, and a reject would cost an honest
+      // forwarder its score. Dropped, not passed on.
+      const signedAt = (advert.presence.body as { timestamp?: unknown } | null)?.timestamp
+      if (typeof signedAt === 'number' && signedAt > Date.now() + MAX_CLOCK_SKEW_MS) return VERDICT.ignore
       const opened = openAdvert(advert)
       if (opened.nodeID === this.#deps.identity.nodeID) return VERDICT.ignore
       return this.#deps.book.offer(advert, opened) === 'known' ? VERDICT.ignore : VERDICT.accept

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events'
 import { z } from 'zod'
 import type { NodeIdentity } from '../../identity/index.ts'
 import { ProtocolError, SignedEnvelope, openEnvelope, type PeerStreams, requestPeer, serveRequest } from '../../wire/index.ts'
-import { MAX_CAPABILITIES_RECORD_BYTES, openCapabilities, type CapabilityRecord } from '../peers/capabilities.ts'
+import { MAX_CAPABILITIES_RECORD_BYTES, MAX_CAPABILITIES_RECORD_VALUES, jsonSize, openCapabilities, type CapabilityRecord } from '../peers/capabilities.ts'
 import { DIRECTORY_PROTOCOL, DirectoryRecord, MAX_CLOCK_SKEW_MS, signDirectoryRecord } from '../relay/directory.ts'
 import type { PeerStreamHandler } from '../peers/protocol-registry.ts'
 
@@ -10,12 +10,13 @@ import type { PeerStreamHandler } from '../peers/protocol-registry.ts'
 // being connected to it, and asked of a peer once when a node joins. An advert is the node's signed capability record
 // and its signed presence (its addresses, as it registers them at a relay), both checked against the node's key.
 
-/** The gossipsub topic adverts travel on (new version on any wire change; 2: gossipsub messages unsigned). */
-export const ADVERTS_TOPIC = '/meshnode/adverts/2'
+export { ADVERTS_TOPIC } from './topic.ts'
 /** One request per stream: a joining node asks a peer for the adverts it holds. */
 export const ADVERTS_SYNC_PROTOCOL = '/meshnode/adverts/1.0.0'
 /** One advert, on the topic or in a sync answer: a record at its largest, its presence, and room to spare. */
 export const MAX_ADVERT_BYTES = MAX_CAPABILITIES_RECORD_BYTES + 16 * 1024
+/** JSON values in one advert at most: a record's, and its presence's (about 20), with room to spare. */
+export const MAX_ADVERT_VALUES = MAX_CAPABILITIES_RECORD_VALUES + 64
 /** The largest sync answer: the most recently heard adverts that fit. */
 export const MAX_SYNC_ANSWER_BYTES = 4 * 1024 * 1024
 export const MAX_SYNC_ADVERTS = 4096
@@ -27,6 +28,17 @@ export const DEFAULT_ADVERT_REFRESH_MS = 20 * 60_000
 export const DEFAULT_ADVERT_TTL_MS = 3 * DEFAULT_ADVERT_REFRESH_MS
 /** Adverts a node keeps at most; the least recently renewed go first. */
 export const MAX_ADVERTS = 100_000
+/**
+ * What a parsed advert costs held, per JSON value, beside its text: about what V8 spends on an object or array parsed
+ * from JSON (measured: 65 bytes an empty object); a string or number costs less, which this overestimates.
+ */
+export const ADVERT_VALUE_BYTES = 64
+/**
+ * The memory the adverts a node keeps may take at most (their `bytes`); the least recently renewed go first. Room for
+ * MAX_ADVERTS adverts of a node with a few models, a certificate and an agent profile (about 5 KB each); adverts at
+ * the largest the limits allow (about 0.5 MB) fill it at a thousand, where the count alone would have let them take 50 GB.
+ */
+export const MAX_ADVERT_BOOK_BYTES = 512 * 1024 * 1024
 
 export const Advert = z.object({ record: SignedEnvelope, presence: SignedEnvelope })
 export type Advert = z.infer<typeof Advert>
@@ -47,16 +59,52 @@ export interface OpenedAdvert {
   nodeID: string
   record: CapabilityRecord
   presence: DirectoryRecord
+  /** About what the advert costs held: the length of its JSON text, and ADVERT_VALUE_BYTES per value in it. */
+  bytes: number
 }
 
-/** Checks an advert (throws `ProtocolError` for a forged or malformed one). */
+/**
+ * Checks an advert (throws `ProtocolError` for a forged or malformed one): its size first (MAX_ADVERT_BYTES of text,
+ * MAX_ADVERT_VALUES values, counted only that far), then each part's signature before its schema (`openCapabilities`).
+ * The bounds hold for the whole advert, unknown fields included: those are signed and kept with it, never parsed.
+ */
 export function openAdvert (advert: Advert, now: number = Date.now()): OpenedAdvert {
   const nodeID = advert.record.signer
+  const size = jsonSize(advert, { maxChars: MAX_ADVERT_BYTES, maxValues: MAX_ADVERT_VALUES })
+  if (size == null) throw new ProtocolError(`Advert of ${nodeID} exceeds ${MAX_ADVERT_BYTES} characters or ${MAX_ADVERT_VALUES} values`, 'too_large')
   const record = openCapabilities(advert.record, nodeID)
   const presence = openEnvelope(advert.presence, DirectoryRecord, { domain: DIRECTORY_PROTOCOL, expectedSigner: nodeID })
   if (presence.nodeID !== nodeID) throw new ProtocolError(`Presence names ${presence.nodeID} but is signed by ${nodeID}`, 'invalid')
   if (presence.timestamp > now + MAX_CLOCK_SKEW_MS) throw new ProtocolError(`Presence of ${nodeID} is from the future`, 'invalid')
-  return { nodeID, record, presence }
+  return { nodeID, record, presence, bytes: size.chars + ADVERT_VALUE_BYTES * size.values }
+}
+
+/**
+ * Whether a gossiped advert's text is over MAX_ADVERT_BYTES or holds more than MAX_ADVERT_VALUES values, counted in
+ * its bytes before JSON.parse builds anything: a message of empty objects costs a scan, not the objects. Values are
+ * counted as `jsonSize` counts them (the whole, and each element and member); text that is no JSON is JSON.parse's to
+ * refuse.
+ */
+export function advertTextTooLarge (data: Uint8Array): boolean {
+  if (data.byteLength > MAX_ADVERT_BYTES) return true
+  let values = 1
+  let inString = false
+  /** Just past `[` or `{`: the next token is a first element unless it closes the container. */
+  let opened = false
+  for (let i = 0; i < data.byteLength; i++) {
+    const c = data[i]
+    if (inString) {
+      if (c === 0x5c) i++   // backslash: the next byte is escaped
+      else if (c === 0x22) inString = false
+      continue
+    }
+    if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue
+    if ((opened && c !== 0x5d && c !== 0x7d) || c === 0x2c) values++
+    opened = c === 0x5b || c === 0x7b
+    if (c === 0x22) inString = true
+    if (values > MAX_ADVERT_VALUES) return true
+  }
+  return false
 }
 
 /** This node's advert: its current record and addresses (none: it is leaving). */
@@ -76,6 +124,8 @@ export interface AdvertEntry {
   /** Unix ms this node first heard this version of the record at these addresses: a renewal alone (a later presence,
    *  nothing else new) keeps it. What a windowed sync (`changedWithinMs`) asks for. */
   readonly changedAt: number
+  /** What it costs held (`OpenedAdvert.bytes`). */
+  readonly bytes: number
 }
 
 export interface AdvertBookEvents {
@@ -91,20 +141,33 @@ export type OfferResult = 'kept' | 'left' | 'same' | 'known'
 /**
  * The adverts this node has heard: one per node, the newest (a higher record version, or the same record with a later
  * presence), each forgotten `ttlMs` after its node signed it unless renewed, or at once when the node says it left.
+ * At most MAX_ADVERTS of them, weighing at most `maxBytes` together: past either, the least recently renewed go.
  */
 export class AdvertBook extends EventEmitter<AdvertBookEvents> {
   readonly #self: string
   readonly #ttlMs: number
+  readonly #maxBytes: number
   readonly #entries = new Map<string, AdvertEntry>()
+  #bytes = 0
 
-  constructor (self: string, options: { ttlMs?: number } = {}) {
+  /**
+   * @param options.ttlMs how long an advert lives after its node signed it. @default DEFAULT_ADVERT_TTL_MS
+   * @param options.maxBytes what the adverts kept may cost together (`AdvertEntry.bytes`). @default MAX_ADVERT_BOOK_BYTES
+   */
+  constructor (self: string, options: { ttlMs?: number, maxBytes?: number } = {}) {
     super()
     this.#self = self
     this.#ttlMs = options.ttlMs ?? DEFAULT_ADVERT_TTL_MS
+    this.#maxBytes = options.maxBytes ?? MAX_ADVERT_BOOK_BYTES
   }
 
   get size (): number {
     return this.#entries.size
+  }
+
+  /** What the adverts kept cost together (the sum of their `bytes`). */
+  get bytes (): number {
+    return this.#bytes
   }
 
   /** Takes a checked advert when it says something new. */
@@ -120,12 +183,16 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
       return 'left'
     }
     const renewal = held != null && held.record.version === record.version && sameAddrs(held.addrs, presence.addrs)
-    const entry: AdvertEntry = { nodeID, advert, record, addrs: presence.addrs, signedAt: presence.timestamp, heardAt: now, changedAt: renewal ? held.changedAt : now }
+    const entry: AdvertEntry = {
+      nodeID, advert, record, addrs: presence.addrs, signedAt: presence.timestamp, heardAt: now, changedAt: renewal ? held.changedAt : now, bytes: opened.bytes
+    }
+    if (held != null) this.#bytes -= held.bytes
     this.#entries.delete(nodeID)   // re-inserted last: the map's order is the order of renewal
     this.#entries.set(nodeID, entry)
-    if (this.#entries.size > MAX_ADVERTS) {
-      const oldest = this.#entries.keys().next().value
-      if (oldest != null) this.forget(oldest)
+    this.#bytes += entry.bytes
+    for (const oldest of this.#entries.keys()) {
+      if (oldest === nodeID || (this.#entries.size <= MAX_ADVERTS && this.#bytes <= this.#maxBytes)) break
+      this.forget(oldest)
     }
     this.emit('advert', entry)
     return 'kept'
@@ -164,7 +231,11 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
   }
 
   forget (nodeID: string): void {
-    if (this.#entries.delete(nodeID)) this.emit('gone', nodeID)
+    const entry = this.#entries.get(nodeID)
+    if (entry == null) return
+    this.#entries.delete(nodeID)
+    this.#bytes -= entry.bytes
+    this.emit('gone', nodeID)
   }
 
   clear (): void {

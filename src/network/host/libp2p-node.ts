@@ -3,6 +3,7 @@ import { noise } from '@chainsafe/libp2p-noise'
 import { autoNATv2 } from '@libp2p/autonat-v2'
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2'
 import { gossipsub, type GossipSub } from '@libp2p/gossipsub'
+import type { TopicScoreParams } from '@libp2p/gossipsub/score'
 import { identify, type Identify } from '@libp2p/identify'
 import type { MultiaddrConnection, PeerId } from '@libp2p/interface'
 import { mdns } from '@libp2p/mdns'
@@ -12,6 +13,7 @@ import { webSockets } from '@libp2p/websockets'
 import { createLibp2p, type Libp2p } from 'libp2p'
 import { pino, type Logger } from 'pino'
 import type { NodeIdentity } from '../../identity/index.ts'
+import { ADVERTS_TOPIC } from '../adverts/topic.ts'
 import { warnInactivePatches, type PatchReport } from '../../system/patch-report.ts'
 import { HolePunch } from './hole-punch.ts'
 import { lanPresence, type LanPresence, type LanPresenceOptions } from '../lan/lan-presence.ts'
@@ -91,6 +93,34 @@ export async function hostPatches (): Promise<PatchReport[]> {
   return [...yamuxPatches(), ...dcutrPatches(), ...autonatV2Patches(), ...await cryptoPatches()]
 }
 
+/**
+ * How gossipsub scores a peer on the advert topic: by the adverts it sent that the topic validator rejected (forged,
+ * malformed, over a limit), and by nothing else. Each costs 100 points squared by how many it sent lately, the count
+ * decaying by 1% a second: one puts the peer below gossipsub's graylist threshold (-80: everything it sends is
+ * dropped unread) for about 10 seconds, and out of the mesh (a negative score) for about 4 minutes; a peer that keeps
+ * sending them has one read every 10 seconds or so. What rewards or penalises delivery rates stays off: adverts are
+ * rare (a node's every 20 minutes), so a quiet mesh peer is no failing one.
+ */
+const ADVERTS_TOPIC_SCORE: TopicScoreParams = {
+  topicWeight: 1,
+  timeInMeshWeight: 0,
+  timeInMeshQuantum: 1_000,
+  timeInMeshCap: 1,
+  firstMessageDeliveriesWeight: 0,
+  firstMessageDeliveriesDecay: 0.5,
+  firstMessageDeliveriesCap: 1,
+  meshMessageDeliveriesWeight: 0,
+  meshMessageDeliveriesDecay: 0.5,
+  meshMessageDeliveriesCap: 1,
+  meshMessageDeliveriesThreshold: 1,
+  meshMessageDeliveriesWindow: 10,
+  meshMessageDeliveriesActivation: 5_000,
+  meshFailurePenaltyWeight: 0,
+  meshFailurePenaltyDecay: 0.5,
+  invalidMessageDeliveriesWeight: -100,
+  invalidMessageDeliveriesDecay: 0.99
+}
+
 /** A gossip message's id: the SHA-256 of its data. */
 function contentId (message: { data: Uint8Array }): Uint8Array {
   return createHash('sha256').update(message.data).digest()
@@ -139,7 +169,8 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
       // spends most of its start on; bench/README.md). The message id is its content's hash, so one advert heard from several peers is taken once.
       // Peers' addresses come from the adverts, not from peer exchange. Peers on loopback are not penalised for sharing
       // an address: gossipsub's IP colocation score shuns every peer of an address once more than 10 share it, which
-      // would cut the gossip between nodes run side by side.
+      // would cut the gossip between nodes run side by side. A peer that sends adverts the validator rejects loses
+      // score (ADVERTS_TOPIC_SCORE).
       pubsub: gossipsub({
         allowPublishToZeroTopicPeers: true,
         globalSignaturePolicy: 'StrictNoSign',
@@ -147,7 +178,7 @@ export async function createPeerHost (identity: NodeIdentity, options: PeerHostO
         runOnLimitedConnection: true,
         maxInboundDataLength: 1024 * 1024,
         msgIdFn: contentId,
-        scoreParams: { IPColocationFactorWhitelist: new Set(['127.0.0.1', '::1']) }
+        scoreParams: { IPColocationFactorWhitelist: new Set(['127.0.0.1', '::1']), topics: { [ADVERTS_TOPIC]: ADVERTS_TOPIC_SCORE } }
       })
     }
   })

@@ -1,7 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import { z } from 'zod'
 import { NodeID, type NodeIdentity } from '../../identity/index.ts'
-import { JsonObject, ProtocolError, SignedEnvelope, openEnvelope, readRequest, requestOnStream, writeMessage, signEnvelope } from '../../wire/index.ts'
+import { JsonObject, ProtocolError, SignedEnvelope, parseWith, readRequest, requestOnStream, writeMessage, signEnvelope, verifyCanonical } from '../../wire/index.ts'
 
 // What a node offers its peers, signed by its node key. A peer fetches it once when it connects (`get`); after that
 // the node pushes it to its peers whenever it changes (`push`), with a version number one higher: nobody re-fetches a
@@ -12,6 +12,18 @@ export const CAPABILITIES_PROTOCOL = '/meshnode/capabilities/2.0.0'   // new ver
 export const MAX_CAPABILITIES_REQUEST_BYTES = 1024
 /** A record with 256 model ids, 32 PTN certificates and an agent profile, with room to spare. */
 export const MAX_CAPABILITIES_RECORD_BYTES = 256 * 1024
+/**
+ * JSON values (objects, arrays, strings, numbers...) in one record at most; a full record (512 model ids, 32
+ * certificates, 64 demand entries, an agent profile) holds about 900. Held parsed, a value costs some 64 bytes beside
+ * its text, so without this bound a record of empty objects (`[{},{},…]`, three characters each) would take 20 times
+ * its size in memory, and as long again to walk.
+ */
+export const MAX_CAPABILITIES_RECORD_VALUES = 4096
+/**
+ * The agent profile's JSON text at most. The agent domain's profile (`AgentAdvert`: a name of 128 characters and 32
+ * capabilities of 64) is about 2.2 KiB; the rest is room for fields a later version adds, which peers before it ignore.
+ */
+export const MAX_AGENT_PROFILE_CHARS = 8 * 1024
 export const CAPABILITIES_READ_TIMEOUT_MS = 10_000
 export const MAX_ADVERTISED_MODELS = 256
 /** What a peer accepts in one record; a node in more PTNs advertises the certificates it uses most. */
@@ -21,6 +33,10 @@ export const MAX_INBOUND_CAPABILITIES_STREAMS = 4
 export const MAX_ADVERTISED_DEMAND = 64
 
 export const ModelIDString = z.string().min(1).max(512)
+
+/** A JSON object whose text is at most MAX_AGENT_PROFILE_CHARS, measured before anything walks the whole of it. */
+const AgentProfile = z.custom<unknown>((value) => jsonSize(value, { maxChars: MAX_AGENT_PROFILE_CHARS, maxValues: MAX_CAPABILITIES_RECORD_VALUES }) != null,
+  { message: `more than ${MAX_AGENT_PROFILE_CHARS} characters of JSON` }).pipe(JsonObject)
 
 export const CapabilityRecord = z.object({
   nodeID: NodeID,
@@ -56,8 +72,9 @@ export const CapabilityRecord = z.object({
   }),
   /** PTN membership certificates (`certData`), verified by whoever reads them. */
   ptnCertificates: z.array(z.string().min(1).max(8192)).max(MAX_ADVERTISED_CERTIFICATES),
-  /** The node's agent profile, if it has one; checked by the agent domain. Any JSON, nested at most MAX_JSON_DEPTH. */
-  agent: JsonObject.nullable(),
+  /** The node's agent profile, if it has one; checked by the agent domain. Any JSON object of at most
+   *  MAX_AGENT_PROFILE_CHARS, nested at most MAX_JSON_DEPTH. */
+  agent: AgentProfile.nullable(),
   /** Models this node was asked for and could not serve, with how often (for demand-driven models). */
   demand: z.array(z.object({ modelID: ModelIDString, requests: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER) })).max(MAX_ADVERTISED_DEMAND),
   /** Unix ms when the node signed it. */
@@ -77,9 +94,22 @@ export function signCapabilities (identity: NodeIdentity, record: CapabilityReco
   return signEnvelope(identity, record, { domain: CAPABILITIES_PROTOCOL })
 }
 
-/** Checks an envelope: signed by `nodeID`'s key for this protocol, naming `nodeID`, of the right shape. */
+/**
+ * Checks an envelope: signed by `nodeID`'s key for this protocol, naming `nodeID`, of the right shape. Unlike
+ * `openEnvelope`, the size bounds and then the signature come before the schema: the schema walks every value of the
+ * free JSON a record carries, so a forgery costs one signature check (over at most MAX_CAPABILITIES_RECORD_VALUES
+ * values) and never that walk. A body canonical JSON cannot write (1e999 parses to Infinity) fails as a bad signature.
+ */
 export function openCapabilities (envelope: unknown, nodeID: string): CapabilityRecord {
-  const record = openEnvelope(envelope, CapabilityRecord, { domain: CAPABILITIES_PROTOCOL, expectedSigner: nodeID })
+  const { body, signer, signature } = parseWith(SignedEnvelope, envelope, 'Envelope')
+  if (signer !== nodeID) throw new ProtocolError(`Envelope signed by ${signer}, expected ${nodeID}`, 'wrong_signer')
+  if (jsonSize(body, { maxChars: MAX_CAPABILITIES_RECORD_BYTES, maxValues: MAX_CAPABILITIES_RECORD_VALUES }) == null) {
+    throw new ProtocolError(`Capability record of ${nodeID} exceeds ${MAX_CAPABILITIES_RECORD_BYTES} characters or ${MAX_CAPABILITIES_RECORD_VALUES} values`, 'too_large')
+  }
+  if (!verifyCanonical(signer, { body, domain: CAPABILITIES_PROTOCOL }, Buffer.from(signature, 'base64'))) {
+    throw new ProtocolError(`Envelope signature by ${signer} does not verify`, 'bad_signature')
+  }
+  const record = parseWith(CapabilityRecord, body, 'Envelope body')
   if (record.nodeID !== nodeID) throw new ProtocolError(`Capability record names ${record.nodeID} but is signed by ${nodeID}`, 'invalid')
   return record
 }
@@ -126,4 +156,40 @@ export async function pushCapabilities (stream: Stream, envelope: SignedEnvelope
 /** Every model a peer's record says it holds loaded. */
 export function loadedModelsOf (record: CapabilityRecord): string[] {
   return record.models.allLoaded ?? (record.models.loaded == null ? [] : [record.models.loaded])
+}
+
+/**
+ * The length of `value`'s JSON text (as JSON.stringify writes it, less the escapes in strings) and how many values it
+ * holds, itself included; null as soon as either passes its limit, so a value built to be costly to walk is walked
+ * only that far. Iterative: any depth is safe.
+ */
+export function jsonSize (value: unknown, limits: { maxChars: number, maxValues: number }): { chars: number, values: number } | null {
+  const stack: unknown[] = [value]
+  let chars = 0
+  let values = 0
+  while (stack.length > 0) {
+    const next = stack.pop()
+    values++
+    if (typeof next === 'string') {
+      chars += next.length + 2
+    } else if (typeof next === 'number' || typeof next === 'boolean') {
+      chars += String(next).length
+    } else if (next === null) {
+      chars += 4
+    } else if (Array.isArray(next)) {
+      if (values + stack.length + next.length > limits.maxValues) return null
+      chars += 2 + Math.max(next.length - 1, 0)
+      for (const item of next as unknown[]) stack.push(item)
+    } else if (typeof next === 'object') {
+      const entries = Object.entries(next)
+      if (values + stack.length + entries.length > limits.maxValues) return null
+      chars += 2 + Math.max(entries.length - 1, 0)
+      for (const [key, item] of entries) {
+        chars += key.length + 3
+        stack.push(item)
+      }
+    }
+    if (chars > limits.maxChars) return null
+  }
+  return { chars, values }
 }
