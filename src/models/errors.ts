@@ -102,12 +102,18 @@ export class ModelNotFoundError extends NotFoundError {
   }
 }
 
-/** A model must be downloaded before it can be loaded. */
+/**
+ * A model must be downloaded before it can be loaded. `state` says why it is not (never downloaded, its download
+ * failed), or that its download is under way, with the fraction done where known: then the way on is to wait for it.
+ */
 export class ModelNotDownloadedError extends ConflictError {
   override name = 'ModelNotDownloadedError'
   readonly modelID: string
-  constructor (modelID: string, state: string) {
-    super(`Model ${modelID} is not downloaded (${state}); download it first`)
+  constructor (modelID: string, state: string | { downloading: number | null }) {
+    super(typeof state === 'string'
+      ? `Model ${modelID} is not downloaded (${state}); download it first`
+      : `Model ${modelID} is still downloading${state.downloading == null ? '' : ` (${Math.floor(state.downloading * 100)}%)`}: ` +
+        `wait for it to finish (\`meshnode models download ${modelID}\` follows it)`)
     this.modelID = modelID
   }
 }

@@ -143,8 +143,7 @@ export class ModelStore {
     const row = this.#records.get(key)
     if (row == null) throw new ModelNotDownloadedError(ref.modelID, 'never downloaded')
     if (row.status === 'downloading') {
-      const fraction = this.#downloader.progress(key)?.fraction
-      throw new ModelNotDownloadedError(row.model_id, fraction == null ? 'still downloading' : `still downloading, ${Math.floor(fraction * 100)}%`)
+      throw new ModelNotDownloadedError(row.model_id, { downloading: this.#downloader.progress(key)?.fraction ?? null })
     }
     if (row.status === 'failed') throw new ModelNotDownloadedError(row.model_id, `its download failed: ${row.error ?? 'unknown reason'}`)
     return await this.#loader.load({ key, modelID: row.model_id, path: join(this.#dir, row.path) }, options)

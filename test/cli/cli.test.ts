@@ -1,8 +1,14 @@
 import { test } from 'node:test'
 import { runCli as meshnode } from '../support/cli.ts'
 import assert from 'node:assert/strict'
+import { writeFile } from 'node:fs/promises'
+import { createServer as createHttpServer } from 'node:http'
 import { createServer } from 'node:net'
+import { networkInterfaces } from 'node:os'
+import { join } from 'node:path'
 import { spawn } from 'node:child_process'
+import { isLoopbackUrl } from '../../src/cli/client.ts'
+import { ADMIN_TOKEN_FILE } from '../../src/config.ts'
 import { CLI, exitOf, spawnNodeProcess, startTestNode, tempDir, waitFor } from '../support/node.ts'
 
 test('serve answers /health after start and exits 0 on SIGTERM, closing the database', async (t) => {
@@ -67,6 +73,63 @@ test('status, config get/set and apikeys list/generate/revoke talk to the node o
   const wrongKey = await meshnode(['status', '--url', node.url, '--api-key', key.key])
   assert.equal(wrongKey.code, 1)
   assert.match(wrongKey.stderr, /Invalid or revoked API key \(HTTP 401\)/)
+})
+
+test('the local admin-token goes only to a node on this machine; another host gets no key unless --api-key or $MESHNODE_API_KEY gives one', async (t) => {
+  const dataDir = await tempDir(t)
+  await writeFile(join(dataDir, ADMIN_TOKEN_FILE), 'local-admin-token\n', { mode: 0o600 })
+  // Stands in for a node, on every address of this machine, and notes the Authorization each request carried
+  const seen: Array<string | null> = []
+  const listener = createHttpServer((request, response) => {
+    seen.push(request.headers.authorization ?? null)
+    response.writeHead(401, { 'content-type': 'application/json' })
+    response.end(JSON.stringify({ error: { message: 'An API key is required', type: 'authentication_error', param: null, code: 'missing_api_key' } }))
+  })
+  await new Promise<void>((resolve) => listener.listen(0, '0.0.0.0', resolve))
+  t.after(() => { listener.close() })
+  const port = (listener.address() as { port: number }).port
+  let stderr = ''
+  /** The Authorization header `meshnode status --url <url>` sent; what it printed is left in `stderr`. */
+  const sent = async (url: string, args: string[] = [], env: Record<string, string> = {}): Promise<string | null> => {
+    const before = seen.length
+    const result = await meshnode(['status', '--url', url, '--data-dir', dataDir, ...args], { env })
+    assert.equal(result.code, 1, result.stderr)
+    assert.equal(seen.length, before + 1, `one request reached the listener: ${result.stderr}`)
+    stderr = result.stderr
+    return seen[seen.length - 1]
+  }
+
+  assert.equal(await sent(`http://127.0.0.1:${port}`), 'Bearer local-admin-token', 'the node on this machine gets the admin-token')
+  assert.equal(stderr, 'meshnode: An API key is required (HTTP 401)\n', 'a refused key: the node\'s own words')
+  assert.equal(await sent(`http://127.0.0.1:${port}/v1`, ['--api-key', 'chosen']), 'Bearer chosen')
+
+  // The same listener through an address other machines reach it by: it could be anyone's node
+  const address = Object.values(networkInterfaces()).flat().find((a) => a != null && a.family === 'IPv4' && !a.internal)?.address
+  await t.test('through a non-loopback address', { skip: address == null ? 'this machine has no non-loopback IPv4 address' : false }, async () => {
+    const remote = `http://${address ?? ''}:${port}`
+    assert.equal(await sent(remote), null, 'no admin-token to another host')
+    assert.equal(stderr, `meshnode: The node at ${remote} asks for an API key: pass --api-key <key> (the local admin token is sent only to a node on this machine) (HTTP 401)\n`)
+    assert.equal(await sent(remote, ['--api-key', 'chosen']), 'Bearer chosen', '--api-key is sent wherever it is asked to go')
+    assert.equal(await sent(remote, [], { MESHNODE_API_KEY: 'from-env' }), 'Bearer from-env', 'so is $MESHNODE_API_KEY')
+  })
+
+  // What counts as this machine: the loopback ranges as the URL parser writes them, and the name localhost
+  for (const url of ['http://127.0.0.1:11435', 'http://127.1:11435', 'http://127.9.8.7', 'http://localhost:11435/v1', 'http://[::1]:11435', 'http://[::ffff:127.0.0.1]']) {
+    assert.equal(isLoopbackUrl(url), true, url)
+  }
+  for (const url of ['http://192.0.2.1:11435', 'http://friend:11435', 'http://localhost.example.com', 'http://127.0.0.1.example.com', 'http://128.0.0.1', 'http://[2001:db8::1]', 'http://[::ffff:192.0.2.1]', 'not a url']) {
+    assert.equal(isLoopbackUrl(url), false, url)
+  }
+})
+
+test('with network access on and no admin-token in --data-dir, a client command says where it looked and what to pass', async (t) => {
+  const { node, api } = await startTestNode(t)
+  assert.equal((await api.patch('/v1/app/settings', { allow_network_access: true })).status, 200)
+  const elsewhere = await tempDir(t)
+  const result = await meshnode(['status', '--url', node.url, '--data-dir', elsewhere])
+  assert.equal(result.code, 1)
+  assert.equal(result.stderr, `meshnode: No admin token found at ${join(elsewhere, ADMIN_TOKEN_FILE)}, and the node asks for a key: ` +
+    'pass --data-dir <the node\'s data dir> or --api-key <key> (HTTP 401)\n')
 })
 
 test('a client command against no node says how to start one', async (t) => {

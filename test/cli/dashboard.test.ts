@@ -34,9 +34,11 @@ test('dashboard --no-open prints a one-time link that signs a browser in once, w
   assert.deepEqual(Object.keys(body).sort(), ['expiresAt', 'url'])
 
   // Without the admin token (another data dir) and without a key, the node refuses to mint a link.
-  const stranger = await runCli(['dashboard', '--no-open', '--url', node.url, '--data-dir', await tempDir(t)])
+  const elsewhere = await tempDir(t)
+  const stranger = await runCli(['dashboard', '--no-open', '--url', node.url, '--data-dir', elsewhere])
   assert.equal(stranger.code, 1)
-  assert.match(stranger.stderr, /API key is required.*HTTP 401/)
+  assert.ok(stranger.stderr.startsWith(`meshnode: No admin token found at ${join(elsewhere, 'admin-token')}`), stranger.stderr)
+  assert.match(stranger.stderr, /pass --data-dir <the node's data dir> or --api-key <key> \(HTTP 401\)/)
 })
 
 test('dashboard opens $BROWSER on the link; a missing browser leaves the link printed', async (t) => {

@@ -64,6 +64,24 @@ test('models list, download, load and unload drive the node over HTTP', async (t
   assert.match(failing.stderr, /Model not found: hf\.co\/meshnode-test\/none\/x\.gguf .*\(HTTP 404\)/)
 })
 
+test('models load of a model still downloading says to wait for it, and how to follow it', async (t) => {
+  const hub = await startFakeHub()
+  t.after(() => hub.close())
+  const gguf = await writeTinyGguf(join(await tempDir(t), 'tiny.gguf'))
+  await hub.addFile('meshnode-test/tiny-GGUF', 'tiny.gguf', gguf.path)
+  const { node, dataDir, api } = await startTestNode(t, { hfEndpoint: hub.url })
+  const modelID = 'hf.co/meshnode-test/tiny-GGUF/tiny.gguf'
+  hub.stallAfterBytes(Math.floor(gguf.sizeBytes / 2)) // the download stays under way, half done
+  assert.equal((await api.post('/v1/app/models/download', { modelID })).body.status, 'downloading')
+  await waitFor(async () => (await api.get('/v1/app/models')).body.models
+    .some((m: { modelID: string, status: string, progress: { receivedBytes: number } | null }) => m.modelID === modelID && m.status === 'downloading' && (m.progress?.receivedBytes ?? 0) > 0),
+  { what: 'the download to be under way' })
+
+  const load = await meshnode(['models', 'load', modelID, '--url', node.url, '--data-dir', dataDir])
+  assert.equal(load.code, 1)
+  assert.match(load.stderr, /^meshnode: Model hf\.co\/meshnode-test\/tiny-GGUF\/tiny\.gguf is still downloading \(\d+%\): wait for it to finish \(`meshnode models download hf\.co\/meshnode-test\/tiny-GGUF\/tiny\.gguf` follows it\) \(HTTP 409\)\n$/)
+})
+
 test('models download reports a failed download and exits non-zero', async (t) => {
   const hub = await startFakeHub()
   t.after(() => hub.close())

@@ -87,6 +87,43 @@ test('meshnode run says how to start a node when none answers; bad numbers are u
   assert.match(unknown.stderr, /missing required argument 'model'/)
 })
 
+test('meshnode run on a model loaded beside others asks it at once, without loading it again', async (t) => {
+  const dir = await tempDir(t)
+  const { node, dataDir, api } = await startTestNode(t)
+  const ids: string[] = []
+  for (const [name, seed] of [['first', 3], ['second', 4]] as const) {
+    const gguf = await writeTinyGguf(join(dir, `${name}.gguf`), { seed })
+    const imported = await api.post('/v1/app/models/import', { path: gguf.path })
+    assert.equal(imported.status, 200, JSON.stringify(imported.body))
+    assert.equal((await api.post('/v1/app/models/load', { modelID: imported.body.modelID })).status, 200)
+    ids.push(imported.body.modelID)
+  }
+  const app = (await api.get('/v1/app')).body
+  assert.notEqual(app.model?.modelID, ids[0], 'the node\'s `model` names the other one')
+  assert.deepEqual(app.models.filter((m: { status: string }) => m.status === 'loaded').map((m: { modelID: string }) => m.modelID).sort(), [...ids].sort())
+
+  const run = await meshnode(['run', ids[0], 'Hello', '--max-tokens', '3', '--temperature', '0', '--url', node.url, '--data-dir', dataDir])
+  assert.equal(run.code, 0, run.stderr)
+  assert.equal(run.stderr, '', 'nothing to download or load')
+  assert.notEqual(run.stdout, '')
+})
+
+test('meshnode run on a path where no file is says so, as a usage error, and asks the node nothing', async (t) => {
+  const { node, dataDir, api } = await startTestNode(t)
+  const cwd = await tempDir(t)
+  const before = (await api.get('/v1/app/models')).body
+  for (const path of ['./nope.gguf', 'nope.gguf', '../nope/model.GGUF', '/nowhere/model.gguf', '~/nowhere-meshnode/model.gguf']) {
+    const result = await meshnode(['run', path, 'hi', '--url', node.url, '--data-dir', dataDir], { cwd })
+    assert.equal(result.code, 2, `${path}: ${result.stderr}`)
+    assert.equal(result.stderr, `meshnode: No file at ${path}\n`)
+    assert.equal(result.stdout, '')
+  }
+  const directory = await meshnode(['run', '.', 'hi', '--url', node.url, '--data-dir', dataDir], { cwd })
+  assert.equal(directory.code, 2)
+  assert.equal(directory.stderr, 'meshnode: . is not a file\n')
+  assert.deepEqual((await api.get('/v1/app/models')).body, before, 'nothing imported or downloaded')
+})
+
 test('meshnode run stops an answer at 1024 tokens unless --max-tokens says otherwise, and says so; --json prints one object with the answer, model, usage and where it ran', async (t) => {
   // No end token is ever sampled from the tiny model and its context holds 4096: without a limit it writes until full
   const gguf = await writeTinyGguf(join(await tempDir(t), 'endless.gguf'), { contextLength: 4096 })

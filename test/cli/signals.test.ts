@@ -1,13 +1,16 @@
 // The PID a user (or systemd, Docker, pm2) starts is the one they signal. bin/meshnode.js under the
-// system Node and `npm start` must stop the node itself, gracefully, and free its port.
+// system Node and `npm start` must stop the node itself, gracefully, and free its port. Ctrl-C in a terminal
+// signals the whole foreground process group, npm and the node alike: that too is one graceful stop.
 import { test } from 'node:test'
 import type { TestContext } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { accessSync, constants, readFileSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { availableParallelism } from 'node:os'
 import { delimiter, join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { FORCE_AFTER_MS } from '../../src/cli/commands/serve.ts'
 import { exitOf, spawnNodeProcess, tempDir, waitFor, type NodeProcess } from '../support/node.ts'
 import { exists } from '../support/files.ts'
 
@@ -133,4 +136,74 @@ test('SIGTERM to the PID of `npm start` stops the node and frees its port', { sk
   proc.child.kill('SIGTERM')
   assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, 'npm exits with the node\'s code')
   await assertStoppedGracefully(proc, dataDir, 'SIGTERM to npm')
+})
+
+/**
+ * `npm start` in a process group of its own, as a terminal runs a foreground job, so that a test can signal the
+ * group as Ctrl-C does. Waits until the node listens.
+ */
+async function launchGroup (t: TestContext): Promise<{ proc: NodeProcess, dataDir: string }> {
+  const dataDir = await tempDir(t)
+  const child = spawn(systemExecutable('npm') ?? 'npm', ['start', '--silent', '--', '--port', '0', '--data-dir', dataDir], {
+    env: { ...process.env, MESHNODE_LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: join(import.meta.dirname, '..', '..'),
+    detached: true
+  })
+  t.after(() => {
+    try {
+      process.kill(-(child.pid ?? 0), 'SIGKILL')
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err // the group has ended: nothing to clean up
+    }
+  })
+  let out = ''
+  child.stdout.on('data', (chunk: Buffer) => { out += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => { out += chunk.toString() })
+  const listening = await waitFor(() => {
+    if (child.exitCode != null) throw new Error(`npm start exited with ${child.exitCode}: ${out}`)
+    const line = out.split('\n').find((l) => l.includes('meshnode is listening'))
+    return line == null ? undefined : JSON.parse(line) as { port: number, pid: number }
+  }, { timeoutMs: 60_000, what: 'the node under npm start to listen' })
+  const proc = { child, port: listening.port, pid: listening.pid, url: `http://127.0.0.1:${listening.port}`, output: () => out }
+  return { proc, dataDir }
+}
+
+/** Ctrl-C as a terminal sends it: SIGINT to every process of the foreground group. */
+function ctrlC (proc: NodeProcess): void {
+  process.kill(-(proc.child.pid ?? 0), 'SIGINT')
+}
+
+test('Ctrl-C on `npm start` (SIGINT to its whole process group) stops the node gracefully', { skip: systemExecutable('npm') == null ? 'no npm on PATH' : false }, async (t) => {
+  const { proc, dataDir } = await launchGroup(t)
+  assert.notEqual(proc.pid, proc.child.pid, 'npm runs the node as its child, in its group')
+  ctrlC(proc) // the node gets it from the "terminal" and again from npm, which forwards it
+  assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, `npm exits with the node's code: ${proc.output()}`)
+  await assertStoppedGracefully(proc, dataDir, 'Ctrl-C')
+  assert.doesNotMatch(proc.output(), /forced exit/)
+})
+
+test('a second Ctrl-C on `npm start`, while the first stop waits for a request, forces the exit', { skip: systemExecutable('npm') == null ? 'no npm on PATH' : false }, async (t) => {
+  const { proc } = await launchGroup(t)
+  // A request whose body never ends holds the graceful stop until its grace period cuts it (10 s). The node's
+  // "100 Continue" says it has the request, so the stop cannot begin before it is in flight.
+  const held = connect(proc.port, '127.0.0.1')
+  held.on('error', () => { /* the node ends with the socket open: a reset here is the point of the test */ })
+  t.after(() => { held.destroy() })
+  let answer = ''
+  held.on('data', (chunk: Buffer) => { answer += chunk.toString() })
+  held.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:${proc.port}\r\nContent-Type: application/json\r\n` +
+    'Content-Length: 1000\r\nExpect: 100-continue\r\n\r\n')
+  await waitFor(() => answer.startsWith('HTTP/1.1 100 Continue'), { what: `the node to take the request: ${answer}` })
+  held.write('{')
+  ctrlC(proc)
+  await waitFor(() => /shutting down/.test(proc.output()), { what: 'the graceful stop to begin' })
+  // The node counts a second signal within FORCE_AFTER_MS of the first as the same Ctrl-C: a person's second one
+  // comes later, which this wait stands for
+  await sleep(FORCE_AFTER_MS)
+  assert.ok(isRunning(proc.pid), 'the node still waits for the held request')
+  ctrlC(proc)
+  await exitOf(proc.child)
+  await waitFor(() => !isRunning(proc.pid), { what: `the node (PID ${proc.pid}) to end after the second Ctrl-C` })
+  assert.match(proc.output(), /meshnode: forced exit/)
 })

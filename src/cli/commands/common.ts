@@ -15,7 +15,7 @@ export function withClientOptions (command: Command): Command {
   return command
     .option('--port <port>', 'port of the local node (default 11435)', portOption('--port'))
     .option('--url <url>', 'base URL of the node, with or without /v1 (overrides --port)')
-    .option('--api-key <key>', 'API key (default: $MESHNODE_API_KEY, else the local admin-token)')
+    .option('--api-key <key>', 'API key (default: $MESHNODE_API_KEY, else the local admin-token, which only a node on this machine is sent)')
     .option('--data-dir <dir>', 'data dir of the local node, to find its admin-token (default $MESHNODE_DATA_DIR or ~/.meshnode)')
     .option('--json', 'print the API answer as JSON')
 }

@@ -2,7 +2,8 @@
 // already, itself or through a peer, is simply asked, as `chat --model` asks it; any other is made ready on the node
 // (a file imported, a download with a progress bar, a load). Then it answers the prompt and exits, or chats.
 import { existsSync, statSync } from 'node:fs'
-import { resolve } from 'node:path'
+import { homedir } from 'node:os'
+import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import type { Command } from 'commander'
 import type { AppSnapshot, ModelRecord } from '../../http/schemas/app.ts'
@@ -89,20 +90,29 @@ export function registerRun (program: Command): void {
 
 /**
  * Returns the id to ask for `model`. A model only peers serve is asked through the node as it is, as `chat --model`
- * asks it. Otherwise it is made the node's loaded model: a file on this machine is imported first; a model not
- * downloaded is downloaded with the progress bar; then it is loaded, unless it is loaded already.
+ * asks it. Otherwise it is made one of the node's loaded models: a file on this machine is imported first; a model
+ * not downloaded is downloaded with the progress bar; then it is loaded beside the others, unless it is loaded already.
  */
 async function ready (client: ApiClient, model: string, quiet: boolean): Promise<string> {
   const say = (text: string): void => { if (!quiet) process.stderr.write(text) }
+  // A mistyped path is the command line's mistake, said as such: as an id it would only be refused as malformed
+  const path = resolve(model.startsWith('~/') ? join(homedir(), model.slice(2)) : model)
+  const file = isFile(path)
+  if (!file && looksLikePath(model)) throw new UsageError(existsSync(path) ? `${model} is not a file` : `No file at ${model}`)
   let app = await client.get<AppSnapshot>('/v1/app') // first, so that no node here says so before anything else
   let modelID = model
-  if (isFile(model)) {
-    const imported = await client.post<ModelRecord>('/v1/app/models/import', { path: resolve(model) })
+  if (file) {
+    const imported = await client.post<ModelRecord>('/v1/app/models/import', { path })
     modelID = imported.modelID
-    say(`Imported ${resolve(model)} as ${modelID}\n`)
+    say(`Imported ${path} as ${modelID}\n`)
   }
-  const loadedHere = (): boolean => app.model != null && sameModel(app.model.modelID, modelID)
-  if (loadedHere() && app.model?.status === 'loaded') return app.model.modelID
+  // Any of the models the node holds: `app.model` is only the last one loaded, and loading another again is a waste
+  const loadedHere = (): string | undefined => [
+    ...app.models.filter((m) => m.status === 'loaded').map((m) => m.modelID),
+    ...(app.model?.status === 'loaded' ? [app.model.modelID] : [])
+  ].find((id) => sameModel(id, modelID))
+  const already = loadedHere()
+  if (already != null) return already
   // /v1/models lists the node's own models first: a model listed as a peer's is on no disk here, and asking the
   // peer beats downloading it
   const listed = (await client.get<ModelList>('/v1/models')).data.find((m) => sameModel(m.id, modelID))
@@ -112,7 +122,7 @@ async function ready (client: ApiClient, model: string, quiet: boolean): Promise
   }
   const record = await download(client, modelID, quiet) // answers at once for a model already here
   app = await client.get<AppSnapshot>('/v1/app')
-  if (loadedHere() && app.model?.status === 'loaded') return record.modelID
+  if (loadedHere() != null) return record.modelID
   say(`Loading ${record.modelID}...\n`)
   const loaded = await client.post<ModelLoaded>('/v1/app/models/load', { modelID: record.modelID })
   return loaded.modelID
@@ -164,6 +174,16 @@ async function chat (ask: (messages: ChatMessage[], signal?: AbortSignal) => Pro
     if (terminal && !closed) lines.prompt()
   }
   lines.close()
+}
+
+/**
+ * Whether `model` is meant as a file on this machine: a path (`./`, `../`, `/`, `~`) or a name ending in .gguf. A hub
+ * id or URL (hf.co/<org>/<repo>/<file>.gguf) ends in .gguf too, and is an id.
+ */
+function looksLikePath (model: string): boolean {
+  if (model.startsWith('.') || model.startsWith('/') || model.startsWith('~')) return true
+  if (/^(?:[a-z]+:\/\/|(?:www\.)?(?:hf\.co|huggingface\.co)\/)/i.test(model)) return false
+  return model.toLowerCase().endsWith('.gguf')
 }
 
 function isFile (path: string): boolean {

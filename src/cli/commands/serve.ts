@@ -37,6 +37,16 @@ interface ServeOptions {
 /** How long the last-resort handler gives the node to close its database and port before exiting anyway. */
 const LAST_RESORT_CLOSE_MS = 5_000
 
+/**
+ * How long after the signal that began the stop another one forces the exit. Sooner, it is the same stop arriving
+ * twice: a terminal sends Ctrl-C's SIGINT to its whole foreground group, so under `npm start` the node gets it from
+ * the terminal and again as npm forwards it. A person's second Ctrl-C comes later than this.
+ */
+export const FORCE_AFTER_MS = 1_000
+
+/** What the launcher watch passes to stop(): not a signal, so never a reason to force the exit. */
+const LAUNCHER_GONE = 'launcher gone'
+
 export function registerServe (program: Command): void {
   withLogOptions(program.command('serve'))
     .description('run the node in the foreground')
@@ -92,13 +102,15 @@ export function registerServe (program: Command): void {
       // Signals are handled from before the start: one that arrives while the node starts (after it logged that it
       // listens, say) stops it gracefully as soon as the start is over, instead of killing it half-built
       let node: RunningNode | null = null
-      let signals = 0
+      let stopping: number | null = null // when the stop began (performance.now())
       let pending: string | null = null
       const stop = (signal: string): void => {
-        if (++signals > 1) {
+        if (stopping != null) {
+          if (signal === LAUNCHER_GONE || performance.now() - stopping < FORCE_AFTER_MS) return
           process.stderr.write('meshnode: forced exit\n')
           process.exit(130)
         }
+        stopping = performance.now()
         if (node == null) {
           pending = signal
           return
@@ -126,10 +138,10 @@ export function registerServe (program: Command): void {
         return
       }
       if (pending != null) {
-        signals = 0
+        stopping = null // the stop asked for during the start begins now
         stop(pending)
       }
-      watchLauncher(() => { stop('launcher gone') })
+      watchLauncher(() => { stop(LAUNCHER_GONE) })
       // The last resort: every engine call and peer stream is guarded where it runs, so reaching here means
       // state we cannot vouch for. Log it, close what can be closed in a few seconds, and exit non-zero so that a
       // supervisor (systemd, Docker, pm2) starts a clean node, rather than serving on in an unknown state.
