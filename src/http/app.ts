@@ -12,7 +12,7 @@ import { UnavailableError } from '../errors.ts'
 import { createServer as createHttpServer, type Server } from 'node:http'
 import { createServer as createHttpsServer } from 'node:https'
 import { ConnectionCap, DEFAULT_CONNECTION_LIMITS, serverOptions, type ConnectionLimits } from './connections.ts'
-import { clientErrorHandler, errorHandler, notFoundHandler } from './errors.ts'
+import { clientErrorHandler, errorHandler, notFoundHandler, requestIDHeaders } from './errors.ts'
 import { RouteTable } from './route-table.ts'
 import { registerGuards, type GuardOptions } from './guards.ts'
 import { registerScopeGuard } from './scopes.ts'
@@ -176,7 +176,7 @@ export async function buildHttpApp (deps: HttpDeps, options: HttpOptions): Promi
     })
   })
   app.addHook('onSend', async (request, reply) => {
-    void reply.header('x-request-id', request.id)
+    void reply.headers(requestIDHeaders(request))
   })
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched'

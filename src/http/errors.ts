@@ -6,7 +6,7 @@ import {
   AuthenticationError, BusyError, ConflictError, InsufficientCreditsError, InsufficientStorageError, InvalidInputError, NotFoundError,
   PermissionError, TooLargeError, UnavailableError
 } from '../errors.ts'
-import { InvalidGenerationRequestError } from '../inference/index.ts'
+import { ContextOverflowError, InvalidGenerationRequestError } from '../inference/index.ts'
 
 /** The one error body every failure answers with. */
 export interface ErrorEnvelope {
@@ -37,6 +37,8 @@ export class ClientClosedError extends Error {
 /** The only place that turns an error into an HTTP status and an envelope. */
 export function classify (err: unknown, requestID: string): Classified {
   if (err instanceof ClientClosedError) return plain(499, 'client_closed_request', err.message)
+  // OpenAI's code for it, which Codex and other clients act on (a new context window, a compacted history)
+  if (err instanceof ContextOverflowError) return { ...plain(400, 'invalid_request_error', err.message, wireParam(err.param)), code: 'context_length_exceeded' }
   // The engine names its fields in our camelCase; the client sent OpenAI's snake_case names (max_tokens).
   if (err instanceof InvalidGenerationRequestError) {
     const param = wireParam(err.param)
@@ -139,8 +141,17 @@ export function toEnvelope (err: unknown, requestID: string, log: FastifyBaseLog
     log.debug({ type: classified.type, message: classified.message }, 'request refused')
   }
   const { message, type, param, code } = classified
-  return { ...classified, body: { error: { message, type, param, code } } }
+  const body = { error: { message, type, param, code } }
+  if (err instanceof ContextOverflowError) anthropicMessages.set(body, `prompt is too long: ${err.promptTokens} tokens > ${err.roomTokens} maximum`)
+  return { ...classified, body }
 }
+
+/**
+ * Messages Anthropic's dialect words its own way, by the envelope they replace (an envelope travels alone, to a
+ * stream's error event). A prompt over the context is "prompt is too long: N tokens > M maximum", as Anthropic's API
+ * says it: Claude Code reads those words and numbers to compact its history.
+ */
+const anthropicMessages = new WeakMap<ErrorEnvelope, string>()
 
 export function errorHandler (err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const envelope = toEnvelope(err, request.id, request.log)
@@ -155,7 +166,7 @@ export function errorHandler (err: unknown, request: FastifyRequest, reply: Fast
   }
   if (envelope.retryAfterSeconds != null) void reply.header('retry-after', String(envelope.retryAfterSeconds))
   if (err instanceof MethodNotAllowedError) void reply.header('allow', err.allow.join(', '))
-  const body = request.routeOptions.config?.errorShape === 'anthropic' ? anthropicError(envelope.body) : envelope.body
+  const body = request.routeOptions.config?.errorShape === 'anthropic' ? anthropicError(envelope.body, request.id) : envelope.body
   return reply.code(envelope.status).type('application/json').send(body)
 }
 
@@ -169,14 +180,66 @@ function isValidHeader (name: string, value: number | string | string[] | undefi
   }
 }
 
-/** Anthropic's error shape, for its dialect's routes: the same type and message as our envelope. */
-export function anthropicError (body: ErrorEnvelope): AnthropicErrorEnvelope {
-  return { type: 'error', error: { type: body.error.type, message: body.error.message } }
+/**
+ * Our error types in Anthropic's words (its SDK's `ErrorType`; `request_too_large` is in its error docs), with the
+ * same statuses. A type not listed here is `api_error`, Anthropic's word for a failure of its own.
+ */
+const ANTHROPIC_ERROR_TYPES = new Map([
+  ['invalid_request_error', 'invalid_request_error'],
+  ['method_not_allowed', 'invalid_request_error'],
+  ['authentication_error', 'authentication_error'],
+  ['insufficient_credits', 'billing_error'],
+  ['permission_error', 'permission_error'],
+  ['not_found', 'not_found_error'],
+  ['request_timeout', 'timeout_error'],
+  ['conflict', 'conflict_error'],
+  ['request_too_large', 'request_too_large'],
+  ['rate_limit_error', 'rate_limit_error'],
+  // A model that cannot serve now, or a node shutting down: Anthropic's clients retry an overloaded API
+  ['service_unavailable', 'overloaded_error'],
+  ['internal_error', 'api_error']
+])
+
+/** Anthropic's error shape, for its dialect's routes: our envelope's message, its type in Anthropic's words. */
+export function anthropicError (body: ErrorEnvelope, requestID: string): AnthropicErrorEnvelope {
+  return {
+    type: 'error',
+    error: { type: ANTHROPIC_ERROR_TYPES.get(body.error.type) ?? 'api_error', message: anthropicMessages.get(body) ?? body.error.message },
+    request_id: requestID
+  }
 }
 
 export interface AnthropicErrorEnvelope {
   type: 'error'
   error: { type: string, message: string }
+  request_id: string
+}
+
+/** The Responses API's route, whose streams tell a failure their own way (`streamErrorEvent`). */
+const RESPONSES_ROUTE = '/v1/responses'
+
+/**
+ * The data of the `error` event that ends a stream of `request`'s in its route's dialect, as each dialect's SDK reads
+ * it: Anthropic's error shape on its routes; on the Responses API its error event (`ResponseErrorEvent`, its `code`
+ * our envelope's, else its type), numbered `sequence`; else our envelope, as OpenAI's chat stream has it.
+ */
+export function streamErrorEvent (envelope: ErrorEnvelope, request: FastifyRequest, sequence: number): unknown {
+  if (request.routeOptions.config?.errorShape === 'anthropic') return anthropicError(envelope, request.id)
+  if (request.routeOptions.url === RESPONSES_ROUTE) {
+    const { code, type, message, param } = envelope.error
+    return { type: 'error', code: code ?? type, message, param, sequence_number: sequence }
+  }
+  return envelope
+}
+
+/**
+ * The headers that name a request, on every answer (docs/API.md, Conventions): `X-Request-Id`, and on Anthropic's
+ * routes also its own `request-id`, which its SDKs read into an error's `requestID` and a message's `_request_id`.
+ */
+export function requestIDHeaders (request: FastifyRequest): Record<string, string> {
+  return request.routeOptions.config?.errorShape === 'anthropic'
+    ? { 'x-request-id': request.id, 'request-id': request.id }
+    : { 'x-request-id': request.id }
 }
 
 /**

@@ -27,6 +27,13 @@ declare module 'fastify' {
 
 const PUBLIC_ROUTES = new Set(['/health'])
 
+/** What a preflight allows when it names no headers (Access-Control-Request-Headers): ours and the SDKs' own. */
+const ALLOWED_HEADERS = 'authorization, content-type, x-ptn-id, x-api-key, anthropic-version, anthropic-beta'
+/** Response headers a page on an allowed origin may read: which request it was, where it ran, when to retry. */
+const EXPOSED_HEADERS = 'x-request-id, request-id, x-served-by, retry-after, x-meshnode-ignored-tools'
+/** A list of header names (RFC 9110 tokens), as Access-Control-Request-Headers holds one. */
+const HEADER_NAMES = /^[!#$%&'*+.^_`|~0-9a-z-]+(?:[ \t]*,[ \t]*[!#$%&'*+.^_`|~0-9a-z-]+)*$/i
+
 /**
  * The guards every request passes, in the order it meets them: the Host header (DNS-rebinding guard), the Origin (no browser page
  * of another site may drive the node), the client address (loopback only until network access is on), and the key
@@ -49,11 +56,17 @@ export function registerGuards (app: HttpApp, deps: { settings: SettingsStore, k
     if (origin != null && !isSameOrigin(origin, request.headers.host)) {
       if (!allowedOrigins.has(origin.toLowerCase())) throw new PermissionError(`Origin not allowed: ${origin}`)
       void reply.header('access-control-allow-origin', origin)
+      void reply.header('access-control-expose-headers', EXPOSED_HEADERS)
       void reply.header('vary', 'Origin')
       if (request.method === 'OPTIONS') {
+        // The headers the page asks for, whatever they are: the official SDKs send their own, and more with each
+        // version (x-stainless-*, anthropic-dangerous-direct-browser-access, openai-organization, ...). The origin is
+        // trusted already; a header cannot widen what the guards below let it do.
+        const requested = request.headers['access-control-request-headers']?.trim()
+        void reply.header('access-control-allow-headers', requested != null && HEADER_NAMES.test(requested) ? requested : ALLOWED_HEADERS)
         void reply.header('access-control-allow-methods', 'GET, POST, PATCH, DELETE, OPTIONS')
-        void reply.header('access-control-allow-headers', 'authorization, content-type, x-ptn-id, x-api-key, anthropic-version, anthropic-beta')
         void reply.header('access-control-max-age', '600')
+        void reply.header('vary', 'Origin, Access-Control-Request-Headers')
         return reply.code(204).send()
       }
     }

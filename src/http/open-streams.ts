@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify'
 import { AuthenticationError, PermissionError } from '../errors.ts'
 import type { ApiKeys } from '../keys/index.ts'
 import type { SettingsStore } from '../settings/index.ts'
-import { toEnvelope } from './errors.ts'
+import { streamErrorEvent, toEnvelope } from './errors.ts'
 import { isLoopbackAddress } from './guards.ts'
 import { cutStream } from './sse.ts'
 import type { HttpApp } from './types.ts'
@@ -32,12 +32,16 @@ export class OpenStreams {
     raw.once('close', () => { this.#open.delete(raw) })
   }
 
-  /** Ends every stream whose request `ends` selects with `reason` as a last `error` event; returns how many. */
+  /**
+   * Ends every stream whose request `ends` selects with `reason` as a last `error` event, in its route's dialect;
+   * returns how many.
+   */
   cut (ends: (request: FastifyRequest) => boolean, reason: Error): number {
     let count = 0
     for (const [raw, request] of this.#open) {
       if (!ends(request)) continue
-      cutStream(raw, toEnvelope(reason, request.id, request.log).body)
+      const envelope = toEnvelope(reason, request.id, request.log).body
+      cutStream(raw, (sequence) => streamErrorEvent(envelope, request, sequence))
       this.#open.delete(raw)
       count++
     }

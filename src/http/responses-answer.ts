@@ -187,6 +187,8 @@ function toUsage (usage: ChatUsage): ResponseUsage {
 
 /** OpenAI's codes for a failed response, from our error type. */
 function errorCode (envelope: ErrorEnvelope): string {
+  // Codex tells a prompt past the context (it compacts, then asks again) by this code
+  if (envelope.error.code === 'context_length_exceeded') return envelope.error.code
   if (envelope.error.type === 'rate_limit_error') return 'rate_limit_exceeded'
   if (envelope.error.type === 'invalid_request_error') return 'invalid_prompt'
   return 'server_error'

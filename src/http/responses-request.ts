@@ -2,13 +2,16 @@
 // (other kinds left out, by name), tool_choice and text format; and the engine's refusals named back in the
 // request's own fields. What cannot be honoured is refused by name.
 import { InvalidInputError } from '../errors.ts'
-import { MAX_TOOL_DESCRIPTION_CHARS, type ChatEvent, type ChatMessage, type RoutedGeneration, type RoutedRequest, type ToolChoice, type ToolDefinition } from '../inference/index.ts'
+import { ContextOverflowError, MAX_TOOL_DESCRIPTION_CHARS, type ChatEvent, type ChatMessage, type RoutedGeneration, type RoutedRequest, type ToolChoice, type ToolDefinition } from '../inference/index.ts'
 import type { ResponsesInputItem, ResponsesRequest } from './schemas/responses.ts'
 import { THOUGHT_TOKENS_BY_EFFORT } from './schemas/openai.ts'
 import { boundedJsonText } from './routes/chat.ts'
 
-/** Content parts that carry what this node cannot read yet (no vision, no audio): refused by name. */
-const MEDIA_PARTS = new Set(['input_image', 'input_file', 'input_audio'])
+/**
+ * Content parts a model that reads text only cannot read, shown to it as a placeholder that says what was left out.
+ * Refusing them would end the session: an agent sends its history, the image included, with every later turn.
+ */
+const MEDIA_PARTS = new Map([['input_image', 'image'], ['input_file', 'file'], ['input_audio', 'audio']])
 
 /** The request as the engine's chat request, and what the route needs to answer it and to speak of it. */
 export interface ChatPlan {
@@ -155,9 +158,13 @@ function textOf (content: string | ReadonlyArray<{ type: string, text?: unknown,
     const where = `${at}.${p}`
     if ((part.type === 'input_text' || part.type === 'output_text') && typeof part.text === 'string') return part.text
     if (part.type === 'refusal' && typeof part.refusal === 'string') return part.refusal
-    if (MEDIA_PARTS.has(part.type)) throw new InvalidInputError(`${where}: ${part.type} parts are not supported (this node has no vision or audio yet); send text`, `${where}.type`)
+    const media = MEDIA_PARTS.get(part.type)
+    if (media != null) {
+      const name = 'filename' in part && typeof part.filename === 'string' && part.filename !== '' ? ` ${part.filename}` : ''
+      return `[${media}${name} omitted: this model reads text only]`
+    }
     if (part.type === 'input_text' || part.type === 'output_text') throw new InvalidInputError(`${where}.text must be a string`, `${where}.text`)
-    throw new InvalidInputError(`${where}: content parts of type ${part.type} are not supported (input_text and output_text are)`, `${where}.type`)
+    throw new InvalidInputError(`${where}: content parts of type ${part.type} are not supported (input_text, output_text, refusal, input_image, input_file and input_audio are)`, `${where}.type`)
   }).join('\n')
 }
 
@@ -202,7 +209,9 @@ function clientTermsOf (err: unknown, plan: ChatPlan): unknown {
     param = [`tools.${original}`, ...(rest[0] === 'function' ? rest.slice(1) : rest)].join('.')
   }
   if (param == null || param === err.param) return err
-  // "The messages take 5000 tokens" reads right as it is; a path in the message is the client's path
+  // "The messages take 5000 tokens" reads right as it is, and stays a context overflow (its code is Codex's cue)
+  if (err instanceof ContextOverflowError) return new ContextOverflowError(err.message, param, err)
+  // A path in the message is the client's path
   const message = (field === 'messages' && index == null ? err.message : err.message.replaceAll(err.param, param)).replaceAll('response_format', 'text.format')
   return new InvalidInputError(message, param)
 }

@@ -3,7 +3,7 @@
 // cut once a client stops reading, so a slow reader never grows the node's memory without bound.
 import { validateHeaderName, validateHeaderValue, type ServerResponse } from 'node:http'
 import type { FastifyReply } from 'fastify'
-import { ClientClosedError } from './errors.ts'
+import { ClientClosedError, requestIDHeaders } from './errors.ts'
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -49,26 +49,37 @@ export function clientGone (reply: FastifyReply): AbortSignal {
 
 /**
  * Ends a stream from the node's side (its key was revoked, say): the work behind it is aborted as if the client had
- * left, and the client reads `error` as a last `event: error` (the OpenAI SDK throws it as an APIError).
+ * left, and the client reads `error(sequence)` as a last `event: error`, in the stream's dialect (the SDKs throw it as
+ * an APIError). `sequence` is the next `sequence_number` of a stream whose events carry one (the Responses API's).
+ * What a generation's stream had queued goes out first, so the numbers follow on.
  */
-export function cutStream (raw: ServerResponse, error: unknown): void {
+export function cutStream (raw: ServerResponse, error: (sequence: number) => unknown): void {
   if (raw.writableEnded || raw.destroyed) return
   raw.emit(STREAM_CUT, new StreamCutError())
-  writeSseData(raw, error, 'error')
-  raw.end()
+  const stream = sseStreams.get(raw)
+  if (stream == null) {
+    writeSseData(raw, error(0), 'error')
+    raw.end()
+  } else {
+    stream.end(sseEvent(error(stream.nextSequence), 'error'))
+  }
 }
+
+/** The SseStream writing each response, for `cutStream`. */
+const sseStreams = new WeakMap<ServerResponse, SseStream>()
 
 /**
  * Starts an SSE answer on a hijacked reply, with extra headers (e.g. X-Served-By) merged in. A header Node would refuse
  * to write throws before the reply is hijacked, so the error handler can still answer.
  */
 export function startSse (reply: FastifyReply, headers: Record<string, string> = {}): ServerResponse {
-  // Headers fastify already queued (request id, CORS) would be lost by hijacking: carry them over.
+  // Headers fastify already queued (CORS, X-Served-By) would be lost by hijacking: carry them over. The request id
+  // too, which fastify's onSend hook adds to every other answer but never sees on a hijacked one.
   const all: Record<string, string | string[]> = {}
   for (const [name, value] of Object.entries(reply.getHeaders())) {
     if (value !== undefined) all[name] = typeof value === 'number' ? String(value) : value
   }
-  Object.assign(all, SSE_HEADERS, headers)
+  Object.assign(all, requestIDHeaders(reply.request), SSE_HEADERS, headers)
   for (const [name, value] of Object.entries(all)) {
     validateHeaderName(name)
     for (const one of Array.isArray(value) ? value : [value]) validateHeaderValue(name, one)
@@ -110,17 +121,26 @@ export class SseStream {
   #pending = ''
   #scheduled = false
   #full = false
+  #nextSequence = 0
 
   constructor (raw: ServerResponse) {
     this.#raw = raw
+    sseStreams.set(raw, this)
     raw.on('drain', () => {
       this.#full = false
       this.#flush()
     })
   }
 
+  /** The `sequence_number` after the last one an event carried (the Responses API numbers its events from 0). */
+  get nextSequence (): number {
+    return this.#nextSequence
+  }
+
   /** One `data:` event (optionally named). */
   data (data: unknown, event?: string): void {
+    const sequence = (data as { sequence_number?: unknown } | null)?.sequence_number
+    if (typeof sequence === 'number') this.#nextSequence = sequence + 1
     this.#queue(sseEvent(data, event))
   }
 

@@ -1,6 +1,6 @@
 import type { ChatHistoryItem, ChatWrapper, ChatWrapperGeneratedContextState, GbnfJsonSchema, Llama, LlamaGrammar } from 'node-llama-cpp'
 import type { ChatEvent, ChatRequest, ResponseFormat } from './chat.ts'
-import { InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
+import { ContextOverflowError, InvalidGenerationRequestError, OutputConstraintError } from './errors.ts'
 import { toOutputSchema, type OutputSchema } from './grammar-schema.ts'
 import { llamaModule } from './llama.ts'
 import { SamplingError } from './patches/node-llama-cpp.ts'
@@ -19,8 +19,9 @@ export async function planChat (parts: ModelParts, request: ChatRequest, signal?
   // LlamaChat needs one free cell beyond the prompt, and then room for at least one token to sample.
   const room = parts.contextLength - promptTokens
   if (room < 2) {
-    throw new InvalidGenerationRequestError(
-      `The messages${tools == null ? '' : ' and tools'} take ${promptTokens} tokens; model ${parts.modelID} has room for ${parts.contextLength - 2} per request`, 'messages')
+    const roomTokens = parts.contextLength - 2
+    throw new ContextOverflowError(
+      `The messages${tools == null ? '' : ' and tools'} take ${promptTokens} tokens; model ${parts.modelID} has room for ${roomTokens} per request`, 'messages', { promptTokens, roomTokens })
   }
   const { maxTokens, sampling } = await planSampling(request, parts.model, room)
   const { grammar, schema } = tools == null ? await grammarFor(parts.llama, request.responseFormat) : { grammar: undefined, schema: null }

@@ -72,6 +72,21 @@ export class InvalidGenerationRequestError extends InvalidInputError {
 }
 
 /**
+ * A prompt longer than the model's context has room for. Clients act on it: Claude Code compacts its history, Codex
+ * starts a new window. `promptTokens` is more than `roomTokens`, the most a prompt may take on this model.
+ */
+export class ContextOverflowError extends InvalidGenerationRequestError {
+  override name = 'ContextOverflowError'
+  readonly promptTokens: number
+  readonly roomTokens: number
+  constructor (message: string, param: string, tokens: { promptTokens: number, roomTokens: number }) {
+    super(message, param)
+    this.promptTokens = tokens.promptTokens
+    this.roomTokens = tokens.roomTokens
+  }
+}
+
+/**
  * The model's answer or tool call, generated under the request's grammar, breaks a keyword the grammar cannot express
  * (a number's bounds, a string's pattern: grammar-schema.ts). It is not given to the caller as valid; asking again
  * samples anew.

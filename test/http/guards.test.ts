@@ -2,6 +2,8 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { request } from 'node:http'
 import { connect } from 'node:net'
+import Anthropic from '@anthropic-ai/sdk'
+import OpenAI from 'openai'
 import { startTestNode, type TestNode } from '../support/node.ts'
 
 /** A raw HTTP request, so a test can send any Host header (fetch will not). */
@@ -72,6 +74,40 @@ test('a foreign Origin is refused; an allowed one gets CORS for itself only, pre
   const csrf = await api.patch('/v1/app/settings', { allow_network_access: true }, { origin: 'https://evil.example' })
   assert.equal(csrf.status, 403)
   assert.equal((await api.get('/v1/app')).body.settings.allow_network_access, false)
+})
+
+test('a page on an allowed origin may send the official SDKs\' headers, and read the request id and where it ran', async (t) => {
+  const origin = 'http://localhost:3000'
+  const { node } = await startTestNode(t, { allowedOrigins: [origin] })
+  // The headers each SDK sends from a browser, as it sends them (the request itself is refused: no model is loaded)
+  const sent: string[][] = []
+  const recording = async (url: string | URL | Request, init?: RequestInit): Promise<Response> => {
+    sent.push([...new Headers(init?.headers).keys()])
+    return await fetch(url, init)
+  }
+  const anthropic = new Anthropic({ baseURL: node.url, apiKey: 'sk-ant', maxRetries: 0, dangerouslyAllowBrowser: true, fetch: recording })
+  await assert.rejects(anthropic.messages.create({ model: 'none', max_tokens: 1, messages: [{ role: 'user', content: 'Hi' }] }), Anthropic.NotFoundError)
+  const openai = new OpenAI({ baseURL: `${node.url}/v1`, apiKey: 'sk', organization: 'org-1', project: 'proj-1', maxRetries: 0, dangerouslyAllowBrowser: true, fetch: recording })
+  await assert.rejects(openai.responses.create({ model: 'none', input: 'Hi' }), OpenAI.NotFoundError)
+
+  for (const [names, path] of [[sent[0], '/v1/messages'], [sent[1], '/v1/responses']] as const) {
+    assert.ok(names.includes('x-stainless-retry-count') && names.includes('x-stainless-os'), names.join(', '))
+    // What a browser asks before it sends them: every header not on the CORS safelist
+    const asked = names.filter((name) => !['accept', 'user-agent', 'content-length'].includes(name))
+    const preflight = await raw(node.url, path, { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': asked.join(',') }, 'OPTIONS')
+    assert.equal(preflight.status, 204)
+    const allowed = String(preflight.headers['access-control-allow-headers']).split(',').map((name) => name.trim().toLowerCase())
+    for (const name of asked) assert.ok(allowed.includes(name), `${path}: ${name} is allowed`)
+  }
+  assert.ok(sent[0].includes('anthropic-dangerous-direct-browser-access'))
+  assert.ok(sent[1].includes('openai-organization') && sent[1].includes('openai-project'))
+
+  // A preflight that names no headers gets ours; the answer exposes the headers a page reads
+  const bare = await raw(node.url, '/v1/messages', { origin, 'access-control-request-method': 'POST' }, 'OPTIONS')
+  assert.match(String(bare.headers['access-control-allow-headers']), /x-api-key/)
+  const answered = await raw(node.url, '/health', { origin })
+  assert.equal(answered.status, 200)
+  assert.deepEqual(String(answered.headers['access-control-expose-headers']).split(', ').sort(), ['request-id', 'retry-after', 'x-meshnode-ignored-tools', 'x-request-id', 'x-served-by'])
 })
 
 test('network access off: loopback only, and any Authorization header is ignored', async (t) => {

@@ -5,7 +5,9 @@ import assert from 'node:assert/strict'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import Anthropic from '@anthropic-ai/sdk'
+import { anthropicError } from '../../src/http/errors.ts'
 import { startChatNode, TINY_MODEL_ID } from '../support/chat-node.ts'
+import { waitFor } from '../support/node.ts'
 import { assertValidArguments, WEATHER } from '../support/tools.ts'
 
 const hello = [{ role: 'user' as const, content: 'Hello there' }]
@@ -108,8 +110,8 @@ test('count_tokens is the input a request is billed; server tools are left out b
   assert.equal(res.headers.get('x-meshnode-ignored-tools'), 'web_search')
 
   const refusals: Array<[Record<string, unknown>, number, string, RegExp]> = [
-    [{ model: 'not-a-model', max_tokens: 4, messages: hello }, 404, 'not_found', /not-a-model/],
-    [{ model: TINY_MODEL_ID, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] }, 400, 'invalid_request_error', /messages\.0\.content\.0: image blocks are not supported/],
+    [{ model: 'not-a-model', max_tokens: 4, messages: hello }, 404, 'not_found_error', /not-a-model/],
+    [{ model: TINY_MODEL_ID, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'container_upload', file_id: 'f' }] }] }, 400, 'invalid_request_error', /messages\.0\.content\.0: content blocks of type container_upload/],
     [{ model: TINY_MODEL_ID, messages: hello }, 400, 'invalid_request_error', /max_tokens/],
     [{ model: TINY_MODEL_ID, max_tokens: 4, messages: [] }, 400, 'invalid_request_error', /messages/],
     [{ model: TINY_MODEL_ID, max_tokens: 4, messages: hello, tool_choice: { type: 'tool' } }, 400, 'invalid_request_error', /tool_choice/],
@@ -118,12 +120,94 @@ test('count_tokens is the input a request is billed; server tools are left out b
   for (const [body, status, type, message] of refusals) {
     const refused = await api.post('/v1/messages', body)
     assert.equal(refused.status, status, JSON.stringify(refused.body))
-    assert.deepEqual(Object.keys(refused.body), ['type', 'error'])
+    assert.deepEqual(Object.keys(refused.body), ['type', 'error', 'request_id'])
     assert.equal(refused.body.type, 'error')
     assert.equal(refused.body.error.type, type)
     assert.match(refused.body.error.message, message)
+    // The request's id, as Anthropic's API gives it: in the body and in its request-id header
+    assert.equal(refused.body.request_id, refused.headers.get('request-id'))
+    assert.equal(refused.body.request_id, refused.headers.get('x-request-id'))
   }
-  await assert.rejects(client.messages.create({ model: 'not-a-model', max_tokens: 4, messages: hello }), (err: unknown) => err instanceof Anthropic.NotFoundError && /not-a-model/.test(err.message))
+  // Anthropic's SDK reads the type and the request id
+  await assert.rejects(client.messages.create({ model: 'not-a-model', max_tokens: 4, messages: hello }),
+    (err: unknown) => err instanceof Anthropic.NotFoundError && err.type === 'not_found_error' && /not-a-model/.test(err.message) && /^[0-9a-f-]{36}$/.test(err.requestID ?? ''))
+  const { _request_id: requestID } = await client.messages.create({ model: TINY_MODEL_ID, max_tokens: 1, messages: hello })
+  assert.match(requestID ?? '', /^[0-9a-f-]{36}$/)
+})
+
+test('errors on Anthropic\'s routes are in its vocabulary, answered or streamed: a 503 is overloaded_error', async (t) => {
+  const { node, api } = await startChatNode(t, { contextSize: 32_768 }, { contextLength: 32_768 })
+  const client = anthropicFor(node.url)
+  // A model that fails mid-stream (pulled out from under the generation): Anthropic's error event, with the request id
+  const stream = client.messages.stream({ model: TINY_MODEL_ID, max_tokens: 100_000, temperature: 0, messages: hello })
+  const { response } = await stream.withResponse()
+  await waitFor(() => node.engine.stats().busySlots === 1, { what: 'generation to start' })
+  await node.engine.close()
+  await assert.rejects(stream.finalMessage(), (err: unknown) => {
+    assert.ok(err instanceof Anthropic.APIError, String(err))
+    assert.equal(err.type, 'overloaded_error')
+    assert.deepEqual(Object.keys(err.error as object), ['type', 'error', 'request_id'])
+    assert.equal((err.error as { request_id: string }).request_id, response.headers.get('request-id'))
+    return true
+  })
+  // A model kept from the request (every request goes to peers, and there are none): 503, overloaded_error
+  assert.equal((await api.patch('/v1/app/settings', { inference_backend: 'peers' })).status, 200)
+  await assert.rejects(client.messages.create({ model: TINY_MODEL_ID, max_tokens: 4, messages: hello }),
+    (err: unknown) => err instanceof Anthropic.APIError && err.status === 503 && err.type === 'overloaded_error')
+
+  // Each of our types in Anthropic's words (its SDK's ErrorType, and request_too_large of its error docs)
+  const words = Object.fromEntries(['invalid_request_error', 'authentication_error', 'insufficient_credits', 'permission_error', 'not_found', 'method_not_allowed',
+    'conflict', 'request_too_large', 'rate_limit_error', 'service_unavailable', 'insufficient_storage', 'internal_error']
+    .map((type) => [type, anthropicError({ error: { type, message: 'm', param: null, code: null } }, 'r').error.type]))
+  assert.deepEqual(words, {
+    invalid_request_error: 'invalid_request_error',
+    authentication_error: 'authentication_error',
+    insufficient_credits: 'billing_error',
+    permission_error: 'permission_error',
+    not_found: 'not_found_error',
+    method_not_allowed: 'invalid_request_error',
+    conflict: 'conflict_error',
+    request_too_large: 'request_too_large',
+    rate_limit_error: 'rate_limit_error',
+    service_unavailable: 'overloaded_error',
+    insufficient_storage: 'api_error',
+    internal_error: 'api_error'
+  })
+})
+
+test('images, documents and search results are read as their text or a placeholder: a session that read a PNG goes on', async (t) => {
+  const { node } = await startChatNode(t, {}, { contextLength: 4096 })
+  const client = anthropicFor(node.url)
+  const png: Anthropic.ImageBlockParam = { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }
+  const imageOmitted = '[image omitted: this model reads text only]'
+  const ask = (toolResult: Anthropic.ToolResultBlockParam['content'], blocks: Anthropic.ContentBlockParam[]): Anthropic.MessageCreateParamsNonStreaming => ({
+    model: TINY_MODEL_ID,
+    max_tokens: 4,
+    tools: [weatherTool],
+    messages: [
+      { role: 'user', content: 'Look at the screenshot' },
+      { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: toolResult }, ...blocks, { type: 'text', text: 'What is in it?' }] }
+    ]
+  })
+  // Claude Code's Read of a PNG answers with a text block and the image; the history then holds it in every turn
+  const withMedia = ask([{ type: 'text', text: 'Read image (1 KB)' }, png], [
+    png,
+    { type: 'document', title: 'spec', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0=' } },
+    { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Plain notes' } },
+    { type: 'search_result', source: 'https://example.com', title: 'Example', content: [{ type: 'text', text: 'A result' }] }
+  ])
+  const answer = await client.messages.create(withMedia)
+  assert.equal(answer.type, 'message')
+  const streamed = await client.messages.stream(withMedia).finalMessage()
+  assert.equal(streamed.type, 'message')
+
+  // What the model reads is exactly the placeholders and texts, written as text
+  const asText = ask(`Read image (1 KB)\n${imageOmitted}`, [
+    imageOmitted, '[document "spec" omitted: this model reads text only]', 'Plain notes', 'Search result: Example, https://example.com\nA result'
+  ].map((text) => ({ type: 'text' as const, text })))
+  const counted = await client.messages.countTokens(withMedia)
+  assert.equal(counted.input_tokens, (await client.messages.countTokens(asText)).input_tokens)
 })
 
 test('with network access on, x-api-key is the key; a wrong one is 401 in Anthropic\'s shape', async (t) => {

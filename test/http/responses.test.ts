@@ -275,6 +275,33 @@ test('text.format json_schema answers JSON that fits the schema', async (t) => {
   assert.match(object.output_text, /^\s*\{/)
 })
 
+test('input_image and input_file parts are read as a placeholder: a session that read an image goes on', async (t) => {
+  const { openai } = await startChatNode(t, {}, { contextLength: 4096 })
+  const ask = (question: OpenAI.Responses.ResponseInputMessageContentList, output: OpenAI.Responses.ResponseFunctionCallOutputItemList): OpenAI.Responses.ResponseCreateParamsNonStreaming => ({
+    model: TINY_MODEL_ID,
+    max_output_tokens: 2,
+    temperature: 0,
+    store: false,
+    tools: [weatherTool],
+    input: [
+      { role: 'user', content: question },
+      { type: 'function_call', call_id: 'c1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { type: 'function_call_output', call_id: 'c1', output }
+    ]
+  })
+  const withMedia = await openai.responses.create(ask(
+    [{ type: 'input_text', text: 'What is this?' }, { type: 'input_image', image_url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'auto' }],
+    [{ type: 'input_file', filename: 'report.pdf', file_data: 'data:application/pdf;base64,JVBERi0=' }]
+  ))
+  assert.equal(withMedia.error, null)
+  // What the model reads is exactly the placeholders, written as text
+  const asText = await openai.responses.create(ask(
+    [{ type: 'input_text', text: 'What is this?' }, { type: 'input_text', text: '[image omitted: this model reads text only]' }],
+    [{ type: 'input_text', text: '[file report.pdf omitted: this model reads text only]' }]
+  ))
+  assert.equal(withMedia.usage?.input_tokens, asText.usage?.input_tokens)
+})
+
 test('refusals are 400 or 404 in the envelope, naming the field as sent; nothing is kept', async (t) => {
   const { node, api } = await startChatNode(t)
   const base = { model: TINY_MODEL_ID, input: 'Hello', max_output_tokens: 2 }
@@ -283,8 +310,8 @@ test('refusals are 400 or 404 in the envelope, naming the field as sent; nothing
     [{ ...base, input: 5 }, 400, 'invalid_request_error', 'input'],
     [{ ...base, temperature: 'hot' }, 400, 'invalid_request_error', 'temperature'],
     [{ ...base, max_output_tokens: 0 }, 400, 'invalid_request_error', 'max_output_tokens'],
-    [{ ...base, input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'data:image/png;base64,AAAA' }] }] }, 400, 'invalid_request_error', 'input.0.content.0.type'],
-    [{ ...base, input: [{ role: 'user', content: 'Hi' }, { type: 'function_call_output', call_id: 'c1', output: [{ type: 'input_file', file_id: 'f' }] }] }, 400, 'invalid_request_error', 'input.1.output.0.type'],
+    [{ ...base, input: [{ role: 'user', content: [{ type: 'input_video', url: 'v' }] }] }, 400, 'invalid_request_error', 'input.0.content.0.type'],
+    [{ ...base, input: [{ role: 'user', content: 'Hi' }, { type: 'function_call_output', call_id: 'c1', output: [{ type: 'input_video', url: 'v' }] }] }, 400, 'invalid_request_error', 'input.1.output.0.type'],
     [{ ...base, input: [{ type: 'item_reference', id: 'msg_1' }] }, 400, 'invalid_request_error', 'input.0.type'],
     [{ ...base, input: [{ type: 'function_call', name: 'get_weather', arguments: '{}' }] }, 400, 'invalid_request_error', 'input.0.call_id'],
     [{ ...base, input: [] }, 400, 'invalid_request_error', 'input'],

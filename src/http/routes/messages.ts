@@ -7,7 +7,7 @@ import { InvalidInputError } from '../../errors.ts'
 import type { ChatEvent, ChatMessage, ChatRouter, ChatUsage, DoneEvent, LocalRouter, RoutedGeneration, RoutedRequest, ToolChoice, ToolDefinition } from '../../inference/index.ts'
 import { keyedRequester } from '../../inference/index.ts'
 import { anthropicError } from '../errors.ts'
-import { collectAnswer, NamedEvent, streamGeneration, type StreamDialect } from '../generation-stream.ts'
+import { collectAnswer, NamedEvent, streamGeneration } from '../generation-stream.ts'
 import { requesterOf } from '../guards.ts'
 import { anthropicErrorResponses, CountTokensRequest, CountTokensResult, MessageOut, MessagesRequest, type Usage } from '../schemas/anthropic.ts'
 import { clientGone } from '../sse.ts'
@@ -24,8 +24,6 @@ export interface MessagesRoutesOptions {
 const CLIENT_TOOL_TYPES = new Set([undefined, null, 'custom'])
 /** The response header that names the tools left out of the prompt (server tools, which cannot run here). */
 export const IGNORED_TOOLS_HEADER = 'x-meshnode-ignored-tools'
-
-const STREAM: StreamDialect = { done: null, failure: (envelope) => new NamedEvent('error', anthropicError(envelope)) }
 
 export const messagesRoutes: FastifyPluginAsyncZod<MessagesRoutesOptions> = async (app, { router, counter, onServed }) => {
   const config = { errorShape: 'anthropic' as const }
@@ -76,7 +74,7 @@ export const messagesRoutes: FastifyPluginAsyncZod<MessagesRoutesOptions> = asyn
     }
     const served = await streamGeneration(reply, generation, {
       signal,
-      dialect: STREAM,
+      dialect: { done: null, failure: (envelope) => new NamedEvent('error', anthropicError(envelope, request.id)) },
       opening: [
         new NamedEvent('message_start', {
           type: 'message_start',
@@ -154,8 +152,8 @@ export function toChatRequest (body: MessagesRequest): { chat: RoutedRequest & {
           return
         case 'tool_result': {
           if (message.role !== 'user') throw new InvalidInputError(`${where}: a tool_result block belongs to a user message`, `${where}.type`)
-          const content = block.content == null ? '' : typeof block.content === 'string' ? block.content : Array.isArray(block.content) ? textOf(block.content as Array<{ type: string }>, `${where}.content`) : null
-          if (content == null) throw new InvalidInputError(`${where}.content must be a string or text blocks`, `${where}.content`)
+          const content = block.content == null ? '' : typeof block.content === 'string' ? block.content : Array.isArray(block.content) ? textOf(block.content as Block[], `${where}.content`) : null
+          if (content == null) throw new InvalidInputError(`${where}.content must be a string or content blocks`, `${where}.content`)
           messages.push({ role: 'tool', content: block.is_error === true ? `Error: ${content}` : content, toolCallID: stringField(block, 'tool_use_id', where) })
           return
         }
@@ -167,7 +165,9 @@ export function toChatRequest (body: MessagesRequest): { chat: RoutedRequest & {
           return
         case 'image':
         case 'document':
-          throw new InvalidInputError(`${where}: ${block.type} blocks are not supported (this node has no vision yet); send text`, `${where}.type`)
+        case 'search_result':
+          texts.push(mediaText(block, where))
+          return
         default:
           throw new InvalidInputError(`${where}: content blocks of type ${block.type} are not supported`, `${where}.type`)
       }
@@ -268,11 +268,44 @@ function parsedArguments (json: string): Record<string, unknown> {
   }
 }
 
-function textOf (blocks: ReadonlyArray<{ type: string, text?: unknown }>, at: string): string {
+/** Blocks whose text the model reads: text, and images, documents and search results as mediaText gives them. */
+function textOf (blocks: ReadonlyArray<Block>, at: string): string {
   return blocks.map((block, b) => {
-    if (block.type === 'text' && typeof block.text === 'string') return block.text
-    throw new InvalidInputError(`${at}.${b}: only text blocks are supported here, not ${block.type}`, `${at}.${b}.type`)
+    const where = `${at}.${b}`
+    if (block.type === 'text') return stringField(block, 'text', where)
+    if (MEDIA_BLOCKS.has(block.type)) return mediaText(block, where)
+    throw new InvalidInputError(`${where}: only text, image, document and search_result blocks are supported here, not ${block.type}`, `${where}.type`)
   }).join('\n')
+}
+
+type Block = Record<string, unknown> & { type: string }
+
+const MEDIA_BLOCKS = new Set(['image', 'document', 'search_result'])
+
+/**
+ * An image, document or search result as the text a model that reads text only is shown. A document or search
+ * result that is text is that text; an image, or a document that is not text (a PDF), is a placeholder that says so.
+ * Refusing it would end the session: Claude Code sends a PNG it read as a tool_result's image, and every later turn
+ * sends the history again.
+ */
+function mediaText (block: Record<string, unknown>, where: string): string {
+  if (block.type === 'search_result') {
+    const content = block.content
+    if (!Array.isArray(content)) throw new InvalidInputError(`${where}.content must be text blocks`, `${where}.content`)
+    const heading = [block.title, block.source].filter((part) => typeof part === 'string' && part !== '').join(', ')
+    return [...(heading === '' ? [] : [`Search result: ${heading}`]), textOf(content as Block[], `${where}.content`)].join('\n')
+  }
+  if (block.type === 'document') {
+    const source = block.source as { type?: unknown, data?: unknown, content?: unknown } | null | undefined
+    const title = typeof block.title === 'string' && block.title !== '' ? block.title : null
+    let text: string | null = null
+    if (source?.type === 'text' && typeof source.data === 'string') text = source.data
+    else if (source?.type === 'content' && typeof source.content === 'string') text = source.content
+    else if (source?.type === 'content' && Array.isArray(source.content)) text = textOf(source.content as Block[], `${where}.source.content`)
+    if (text == null) return `[document${title == null ? '' : ` "${title}"`} omitted: this model reads text only]`
+    return title == null ? text : `${title}\n${text}`
+  }
+  return '[image omitted: this model reads text only]'
 }
 
 function stringField (block: Record<string, unknown>, field: string, where: string): string {

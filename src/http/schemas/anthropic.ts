@@ -93,7 +93,14 @@ export const MessageOut = z.object({
 })
 export type MessageOut = z.infer<typeof MessageOut>
 
-export const AnthropicError = z.object({ type: z.literal('error'), error: z.object({ type: z.string(), message: z.string() }) })
+export const AnthropicError = z.object({
+  type: z.literal('error'),
+  error: z.object({
+    type: z.string().describe('Anthropic\'s error type: invalid_request_error, authentication_error, billing_error, permission_error, not_found_error, request_too_large, rate_limit_error, overloaded_error, api_error, ...'),
+    message: z.string()
+  }),
+  request_id: z.string().describe('the request\'s id, also in the request-id and X-Request-Id headers')
+})
 
 /** The error answers of Anthropic's routes, in its shape. */
 export const anthropicErrorResponses = {
