@@ -36,8 +36,8 @@ if (major >= 24 && ready) {
   if (typeof process.execve === 'function') process.execve(pinned, [pinned, ...args], env) // returns only on failure
   const child = spawn(pinned, args, { stdio: 'inherit', env })
   // A terminal sends SIGINT (Ctrl-C) and SIGHUP (hang-up) to the child as well as to us: forwarding them there would
-  // make two, and a second SIGINT forces the node out without its graceful stop. SIGTERM comes from kill or a
-  // supervisor, to this PID only.
+  // make two (the node takes a second one within a second for the same Ctrl-C, and a later one as 'force'). SIGTERM
+  // comes from kill or a supervisor, to this PID only.
   const fromTerminal = process.stdin.isTTY === true
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
     process.on(signal, () => {
