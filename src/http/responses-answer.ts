@@ -126,10 +126,11 @@ export class ResponseAnswer {
     return this.#lifecycle('response.failed')
   }
 
-  /** The answer as the assistant message a continuation starts from. */
+  /** The answer as the assistant message a continuation starts from, its thought included. */
   message (): ChatMessage {
     const calls = this.response.output.flatMap((item) => item.type === 'function_call' ? [{ id: item.call_id, name: item.name, arguments: item.arguments }] : [])
-    return { role: 'assistant', content: this.#text.join(''), toolCalls: calls.length > 0 ? calls : null }
+    const thought = this.response.output.flatMap((item) => item.type === 'reasoning' ? item.content.map((part) => part.text) : []).join('')
+    return { role: 'assistant', content: this.#text.join(''), toolCalls: calls.length > 0 ? calls : null, ...(thought === '' ? {} : { reasoning: thought }) }
   }
 
   #item<T extends OutputItem> (item: T): { item: T, index: number } {

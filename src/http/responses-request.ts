@@ -111,6 +111,13 @@ function toToolChoice (choice: ResponsesRequest['tool_choice']): ToolChoice | { 
 function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', content: string }>): { messages: ChatMessage[], origins: string[] } {
   const messages: ChatMessage[] = []
   const origins: string[] = []
+  // A reasoning item is the thought of the answer that follows it (its message or its calls): kept until that answer
+  let thought: string | null = null
+  const answered = (message: ChatMessage): ChatMessage => {
+    if (thought != null && message.role === 'assistant' && (message.reasoning ?? '') === '') message.reasoning = thought
+    thought = null
+    return message
+  }
   items.forEach((item, i) => {
     const at = `input.${i}`
     const type = 'type' in item && item.type != null ? item.type : item.role != null ? 'message' : null
@@ -118,7 +125,7 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
       case 'message': {
         if (item.role == null) throw new InvalidInputError(`${at}: a message item needs a role`, `${at}.role`)
         const content = textOf(item.content ?? '', `${at}.content`)
-        messages.push(item.role === 'assistant' ? { role: 'assistant', content, toolCalls: null } : { role: item.role === 'user' ? 'user' : 'system', content })
+        messages.push(answered(item.role === 'assistant' ? { role: 'assistant', content, toolCalls: null } : { role: item.role === 'user' ? 'user' : 'system', content }))
         origins.push(at)
         return
       }
@@ -127,8 +134,9 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
         const last = messages.at(-1)
         if (last?.role === 'assistant') {
           last.toolCalls = [...(last.toolCalls ?? []), call]
+          answered(last)
         } else {
-          messages.push({ role: 'assistant', content: '', toolCalls: [call] })
+          messages.push(answered({ role: 'assistant', content: '', toolCalls: [call] }))
           origins.push(at)
         }
         return
@@ -136,13 +144,19 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
       case 'function_call_output': {
         const output = 'output' in item ? item.output : undefined
         if (output == null) throw new InvalidInputError(`${at}.output must be a string or input_text parts`, `${at}.output`)
-        messages.push({ role: 'tool', content: textOf(output, `${at}.output`), toolCallID: stringField(item, 'call_id', at) })
+        messages.push(answered({ role: 'tool', content: textOf(output, `${at}.output`), toolCallID: stringField(item, 'call_id', at) }))
         origins.push(at)
         return
       }
-      // The model's thoughts of an earlier turn, sent back with the history: not part of what it answered
-      case 'reasoning':
+      // The model's thought of an earlier turn, sent back with the history: rendered as the thought of the answer after
+      // it, as the model wrote it, so that the prompt holds what was evaluated then (a summary is not the thought, and an
+      // encrypted one cannot be read: an item with neither text adds nothing)
+      case 'reasoning': {
+        const parts = Array.isArray(item.content) ? item.content : []
+        const text = parts.flatMap((part) => part.type === 'reasoning_text' && typeof part.text === 'string' ? [part.text] : []).join('\n')
+        if (text !== '') thought = thought == null ? text : `${thought}\n${text}`
         return
+      }
       case null:
         throw new InvalidInputError(`${at}: an input item needs a type (or a role, for a message)`, `${at}.type`)
       default:

@@ -45,7 +45,9 @@ const MessageRecord = z.object({
   role: z.enum(['system', 'user', 'assistant', 'tool']),
   content: z.string(),
   toolCalls: z.array(ToolCallRecord).nullish(),
-  toolCallID: z.string().nullish()
+  toolCallID: z.string().nullish(),
+  /** An assistant message's thought, rendered again as the model wrote it (rows kept before it have none). */
+  reasoning: z.string().nullish()
 })
 const Conversation = z.array(MessageRecord)
 

@@ -105,4 +105,15 @@ test('Responses: a reasoning item before the message; reasoning.effort none has 
 
   const none = await openai.responses.create({ ...request, max_output_tokens: 16, reasoning: { effort: 'none' } })
   assert.deepEqual(none.output.map((item) => item.type), ['message'])
+
+  // The thought goes back with the history, as the reasoning item came (Codex with store: false) or through
+  // previous_response_id, and is read as the thought of the answer after it: the prompt is the one evaluated before
+  const next = { model: MODEL, max_output_tokens: 1, reasoning: { effort: 'none' as const } }
+  const history = (items: OpenAI.Responses.ResponseOutputItem[]): OpenAI.Responses.ResponseInput =>
+    [{ role: 'user', content: request.input }, ...items as OpenAI.Responses.ResponseInputItem[], { role: 'user', content: 'And?' }]
+  const inputTokens = async (body: OpenAI.Responses.ResponseCreateParamsNonStreaming): Promise<number> => (await openai.responses.create(body)).usage?.input_tokens ?? 0
+  const withThought = await inputTokens({ ...next, input: history(answer.output) })
+  const without = await inputTokens({ ...next, input: history(answer.output.filter((item) => item.type !== 'reasoning')) })
+  assert.ok(withThought > without, `the reasoning item was read: ${withThought} against ${without} tokens`)
+  assert.equal(await inputTokens({ ...next, previous_response_id: answer.id, input: 'And?' }), withThought, 'a stored response keeps its thought')
 })

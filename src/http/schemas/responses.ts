@@ -15,9 +15,9 @@ const PartsOrText = z.union([z.string(), z.array(Part).max(4096)])
 
 const InputItem = z.looseObject({
   type: z.string().min(1).max(64).optional()
-    .describe('message (the default when `role` is given), function_call, function_call_output; reasoning is accepted and dropped'),
+    .describe('message (the default when `role` is given), function_call, function_call_output, reasoning (its reasoning_text content is the thought of the answer after it)'),
   role: z.enum(['user', 'assistant', 'system', 'developer']).optional().describe('message items'),
-  content: PartsOrText.optional().describe('message items: a string, or input_text / output_text parts'),
+  content: PartsOrText.optional().describe('message items: a string, or input_text / output_text parts; reasoning items: reasoning_text parts'),
   call_id: z.string().min(1).max(MAX_TOOL_CALL_ID_CHARS).optional().describe('function_call and function_call_output items'),
   arguments: z.string().optional().describe('function_call items: the JSON text of the arguments'),
   output: PartsOrText.optional().describe('function_call_output items: a string, or input_text parts')
