@@ -1,6 +1,6 @@
 import type { Token } from 'node-llama-cpp'
 import type { CompletionEvent, CompletionRequest } from './chat.ts'
-import { InvalidGenerationRequestError } from './errors.ts'
+import { ContextOverflowError, InvalidGenerationRequestError } from './errors.ts'
 import { llamaModule } from './llama.ts'
 import { planSampling } from './sampling.ts'
 import { beginningToken, doneEvent, metered, type ModelParts, type SlotWork } from './slot-work.ts'
@@ -42,7 +42,7 @@ export async function planCompletion (parts: ModelParts, request: CompletionRequ
   if (promptTokens === 0) throw new InvalidGenerationRequestError('prompt must not be empty', 'prompt')
   const room = contextLength - promptTokens
   if (room < 2) {
-    throw new InvalidGenerationRequestError(`The prompt takes ${promptTokens} tokens; model ${modelID} has room for ${contextLength - 2} per request`, 'prompt')
+    throw new ContextOverflowError(`The prompt takes ${promptTokens} tokens; model ${modelID} has room for ${contextLength - 2} per request`, 'prompt', { promptTokens, roomTokens: contextLength - 2 })
   }
   const { maxTokens, sampling } = await planSampling(request, model, room)
   const { LlamaCompletion } = await llamaModule()

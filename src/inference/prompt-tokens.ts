@@ -8,7 +8,7 @@
 // What then fits the context is small enough for node-llama-cpp to tokenize again on the loop where it does so itself.
 import { Worker } from 'node:worker_threads'
 import type { LlamaModel, LlamaText, Token } from 'node-llama-cpp'
-import { InvalidGenerationRequestError, QueueFullError } from './errors.ts'
+import { ContextOverflowError, InvalidGenerationRequestError, QueueFullError } from './errors.ts'
 import type { TokenizeAnswer, TokenizeJob } from './tokenizer-thread.ts'
 
 /** Texts up to this many bytes are tokenized on the event loop: short enough for any text, measured (bench/README.md). */
@@ -62,9 +62,11 @@ export class PromptTokenizer {
   checkBytes (bytes: number, param: string, what: string): void {
     if (bytes <= this.maxBytes) return
     const { modelID, contextLength } = this.#options
-    throw new InvalidGenerationRequestError(
+    // A context overflow as any other (clients compact their history on it), counted as the fewest tokens it can be
+    throw new ContextOverflowError(
       `${what} ${bytes} bytes of text; model ${modelID} reads at most ${this.maxBytes} per request ` +
-      `(${contextLength} tokens of at most ${this.#longestToken} bytes each)`, param)
+      `(${contextLength} tokens of at most ${this.#longestToken} bytes each)`, param,
+      { promptTokens: Math.ceil(bytes / this.#longestToken), roomTokens: contextLength - 2 })
   }
 
   /** The tokens of plain `text` (markers typed in it are not special), as `LlamaModel.tokenize` makes them. */

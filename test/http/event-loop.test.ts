@@ -61,10 +61,15 @@ test('260k emoji in chat, completions, embeddings and tokenize are refused with 
     const [path, , param] = requests[i]
     assert.equal(res.status, 400, `${path}: ${JSON.stringify(res.body)}`)
     assert.equal(res.body.error.param, param, JSON.stringify(res.body))
+    assert.equal(res.body.error.code, 'context_length_exceeded', 'a context overflow as any other: clients compact on it')
     assert.match(res.body.error.message, /10400\d\d bytes of text; model tiny-chat reads at most \d+ per request \(\d+ tokens of at most \d+ bytes each\)/)
   }
   assert.ok(maxDelayMs < MAX_LOOP_DELAY_MS, `the event loop was held for ${maxDelayMs} ms`)
   assert.ok(healthAnswers > 0)
+  // In Anthropic's words, which Claude Code compacts on (the tokens counted as the fewest the bytes can be)
+  const messages = await api.post('/v1/messages', { model: TINY_MODEL_ID, max_tokens: 2, messages: [{ role: 'user', content: EMOJI }] })
+  assert.equal(messages.status, 400)
+  assert.match(messages.body.error.message, /^prompt is too long: \d+ tokens > \d+ maximum$/)
   const streamed = await stream
   assert.equal(streamed.status, 200)
   assert.match(await streamed.text(), /data: \[DONE\]/)
