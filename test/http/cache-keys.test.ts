@@ -137,7 +137,7 @@ test('a cache key of another type or over 256 characters is refused with 400 in 
   for (const metadata of [{ user_id: 42 }, { user_id: long }, 'someone']) {
     const res = await api.post('/v1/messages', { model: TINY_MODEL_ID, max_tokens: 1, messages: [{ role: 'user', content: hello }], metadata })
     assert.equal(res.status, 400, JSON.stringify(res.body))
-    assert.deepEqual(Object.keys(res.body), ['type', 'error'])
+    assert.deepEqual(Object.keys(res.body), ['type', 'error', 'request_id'])
     assert.equal(res.body.error.type, 'invalid_request_error')
     assert.match(res.body.error.message, /metadata/)
   }
