@@ -184,7 +184,15 @@ export class Ledger {
    * outgoing ids, a `conflict` (refused). Committed before it returns, so an acknowledgement never precedes it.
    */
   receive (transfer: TransferRecord): ReceiveResult {
-    const { result, transaction } = inTransaction(this.#db, (): { result: ReceiveResult, transaction?: WalletTransaction } => {
+    return this.receiveAll([transfer])[0]
+  }
+
+  /**
+   * `receive` for each of `transfers`, in order, in one transaction: a peer's batch costs one commit (one sync to
+   * disk), not one a transfer.
+   */
+  receiveAll (transfers: readonly TransferRecord[]): ReceiveResult[] {
+    const outcomes = inTransaction(this.#db, () => transfers.map((transfer): { result: ReceiveResult, transaction?: WalletTransaction } => {
       const seen = this.#findTransfer.get(transfer.id) as { direction: string, peer_id: string, amount_micro: number, memo: string, created_at: string } | undefined
       if (seen != null) {
         // The same signed body (its `to` is always this node) is a retry or a replay; anything else reuses the id.
@@ -196,9 +204,13 @@ export class Ledger {
       const now = new Date().toISOString()
       this.#insertTransfer.run(transfer.id, 'incoming', transfer.peerID, transfer.amountMicro, transfer.memo, transfer.createdAt, transfer.signature, 'received', now)
       return { result: 'applied', transaction: this.#append(transfer.id, 'earn', transfer.amountMicro, transfer.peerID, transfer.memo, now) }
-    })
-    if (transaction != null) this.events.emit('transaction', transaction, this.balanceMicro())
-    return result
+    }))
+    const applied = outcomes.flatMap(({ transaction }) => transaction == null ? [] : [transaction])
+    if (applied.length > 0) {
+      const balance = this.balanceMicro()
+      for (const transaction of applied) this.events.emit('transaction', transaction, balance)
+    }
+    return outcomes.map(({ result }) => result)
   }
 
   /** Outgoing transfers debited and not yet acknowledged, oldest first. */

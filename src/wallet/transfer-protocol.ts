@@ -88,13 +88,17 @@ export function openTransfer (envelope: unknown, expected: { from: string, to: s
   return transfer
 }
 
+/** What becomes of a verified transfer: applied, a duplicate of one applied before, or why it is refused. */
+export type ReceiveOutcome = 'applied' | 'duplicate' | ProtocolError
+
 export interface TransferHandlerDeps {
   identity: NodeIdentity
   /**
-   * Applies a verified transfer at most once, durably, before it returns: the acknowledgement goes out only after
-   * the credit is committed. Throws for a transfer it will not apply (ProtocolError `refused`).
+   * Applies a batch of verified transfers, each at most once, durably, in one commit before it returns: the
+   * acknowledgements go out only after the credits are committed. One outcome per transfer, in order (a ProtocolError
+   * `refused` for one it will not apply).
    */
-  receive: (transfer: Transfer, signature: string) => 'applied' | 'duplicate'
+  receive: (transfers: ReadonlyArray<{ transfer: Transfer, signature: string }>) => ReceiveOutcome[]
   log: Logger
 }
 
@@ -105,24 +109,37 @@ export interface TransferHandlerDeps {
  */
 export function createTransferHandler (deps: TransferHandlerDeps) {
   return async (stream: Stream, peer: { nodeID: string }): Promise<void> => {
-    await serveRequest(stream, TransferRequest, (request) => ({ acks: request.transfers.map((envelope) => receiveOne(deps, envelope, peer.nodeID)) }),
+    await serveRequest(stream, TransferRequest, (request) => ({ acks: receiveBatch(deps, request.transfers, peer.nodeID) }),
       { maxRequestBytes: MAX_FRAME_BYTES, timeoutMs: READ_TIMEOUT_MS })
   }
 }
 
-function receiveOne (deps: TransferHandlerDeps, envelope: unknown, from: string): TransferAck {
-  const id = envelopeID(envelope)
-  try {
-    const transfer = openTransfer(envelope, { from, to: deps.identity.nodeID })
-    const status = deps.receive(transfer, (envelope as SignedEnvelope).signature)
-    return { id: transfer.id, status, reason: null }
-  } catch (err) {
-    // The expected refusals: a ProtocolError from the checks above or from `receive`. Anything else is our fault
-    // (a database error, say): the payer gets no ack for it and retries later.
-    if (!(err instanceof ProtocolError)) throw err
+/** Checks each envelope on its own, then applies those that pass together: one ack per envelope, in order. */
+function receiveBatch (deps: TransferHandlerDeps, envelopes: unknown[], from: string): TransferAck[] {
+  const refused = (id: string | null, err: ProtocolError): TransferAck => {
     deps.log.warn({ peer: from, transferID: id, reason: err.message }, 'transfer refused')
     return { id, status: 'refused', reason: err.message }
   }
+  const acks: TransferAck[] = []
+  const verified: Array<{ transfer: Transfer, signature: string, at: number }> = []
+  for (const envelope of envelopes) {
+    try {
+      const transfer = openTransfer(envelope, { from, to: deps.identity.nodeID })
+      verified.push({ transfer, signature: (envelope as SignedEnvelope).signature, at: acks.length })
+      acks.push({ id: transfer.id, status: 'refused', reason: 'not applied' })   // replaced by its outcome below
+    } catch (err) {
+      // The expected refusals: a ProtocolError from the checks above. Anything else is our fault (a database error,
+      // say): the payer gets no ack for the batch and retries later.
+      if (!(err instanceof ProtocolError)) throw err
+      acks.push(refused(envelopeID(envelope), err))
+    }
+  }
+  const outcomes = verified.length === 0 ? [] : deps.receive(verified)
+  verified.forEach(({ transfer, at }, i) => {
+    const outcome = outcomes[i]
+    acks[at] = outcome instanceof ProtocolError ? refused(transfer.id, outcome) : { id: transfer.id, status: outcome, reason: null }
+  })
+  return acks
 }
 
 function envelopeID (envelope: unknown): string | null {

@@ -10,7 +10,7 @@ import { TransferOutbox, type TransferOutboxOptions } from './outbox.ts'
 import { inferenceCostMicro } from './pricing.ts'
 import {
   MAX_TRANSFER_MEMO_CHARS, MAX_TRANSFER_MICRO, TRANSFER_HANDLER_OPTIONS, TRANSFER_PROTOCOL,
-  createTransferHandler, deliverTransfers, signTransfer, type Transfer
+  createTransferHandler, deliverTransfers, signTransfer, type ReceiveOutcome, type Transfer
 } from './transfer-protocol.ts'
 
 /** Tokens a paid request without `max_tokens` is assumed to need, for the credits held before it goes out. */
@@ -116,7 +116,7 @@ export class Wallet {
   async start (): Promise<void> {
     await this.#network.handle(TRANSFER_PROTOCOL, createTransferHandler({
       identity: this.#identity,
-      receive: (transfer, signature) => this.#receive(transfer, signature),
+      receive: (transfers) => this.#receive(transfers),
       log: this.#log
     }), TRANSFER_HANDLER_OPTIONS)
     this.#outbox.start()
@@ -252,19 +252,17 @@ export class Wallet {
     return { id: body.id, peerID, amountMicro, memo, createdAt: body.createdAt, signature }
   }
 
-  #receive (transfer: Transfer, signature: string): 'applied' | 'duplicate' {
-    const result = this.#ledger.receive({
-      id: transfer.id,
-      peerID: transfer.from,
-      amountMicro: transfer.amountMicro,
-      memo: transfer.memo,
-      createdAt: transfer.createdAt,
-      signature
+  #receive (transfers: ReadonlyArray<{ transfer: Transfer, signature: string }>): ReceiveOutcome[] {
+    const results = this.#ledger.receiveAll(transfers.map(({ transfer, signature }) => ({
+      id: transfer.id, peerID: transfer.from, amountMicro: transfer.amountMicro, memo: transfer.memo, createdAt: transfer.createdAt, signature
+    })))
+    return results.map((result, i) => {
+      const { transfer } = transfers[i]
+      if (result === 'conflict') return new ProtocolError(`Transfer id ${transfer.id} is already used by another transfer`, 'refused')
+      if (result === 'over_limit') return new ProtocolError(`Transfer ${transfer.id} would take the balance past its limit`, 'refused')
+      if (result === 'applied') this.#log.info({ peerID: transfer.from, transferID: transfer.id, amountMicro: transfer.amountMicro }, 'credits received')
+      return result
     })
-    if (result === 'conflict') throw new ProtocolError(`Transfer id ${transfer.id} is already used by another transfer`, 'refused')
-    if (result === 'over_limit') throw new ProtocolError(`Transfer ${transfer.id} would take the balance past its limit`, 'refused')
-    if (result === 'applied') this.#log.info({ peerID: transfer.from, transferID: transfer.id, amountMicro: transfer.amountMicro }, 'credits received')
-    return result
   }
 }
 

@@ -101,6 +101,22 @@ test('an incoming transfer is applied once; a replay is a duplicate; a reused id
   assertBalanced(db, ledger)
 })
 
+test('a peer\'s batch of transfers is taken in one commit, each with the outcome it would have alone, in order', async (t) => {
+  const { ledger, db } = await openLedger(t)
+  const seen: number[] = []
+  ledger.events.on('transaction', (transaction) => { seen.push(transaction.amountMicro) })
+  const first = incoming(1_000_000)
+  const sent = outgoing(500_000)
+  ledger.send(sent)
+  seen.length = 0
+  const outcomes = ledger.receiveAll([first, incoming(2_000_000), first, incoming(9_000_000, first.id), incoming(700_000, sent.id), incoming(3_000_000)])
+  assert.deepEqual(outcomes, ['applied', 'applied', 'duplicate', 'conflict', 'conflict', 'applied'])
+  assert.deepEqual(seen, [1_000_000, 2_000_000, 3_000_000], 'one event per credit, after the commit')
+  assert.equal(ledger.balanceMicro(), GRANT_MICRO - 500_000 + 6_000_000)
+  assert.deepEqual(ledger.receiveAll([]), [])
+  assertBalanced(db, ledger)
+})
+
 test('a credit that would pass 2^53 micro-credits is refused and changes nothing', async (t) => {
   const { ledger } = await openLedger(t)
   for (let i = 0; i < 9; i++) assert.equal(ledger.receive(incoming(1e15)), 'applied') // the protocol's largest transfer
