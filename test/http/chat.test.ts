@@ -132,6 +132,28 @@ test('text-part array content is the same as string content; developer is a syst
   assert.equal(asParts.choices[0].message.content, asString.choices[0].message.content)
 })
 
+test('image, audio and file parts are read as a placeholder: an agent that sent one goes on with its session', async (t) => {
+  const { node } = await startChatNode(t)
+  const openai = new OpenAI({ baseURL: `${node.url}/v1`, apiKey: 'unused', maxRetries: 0 })
+  const ask = async (content: OpenAI.Chat.Completions.ChatCompletionContentPart[]): Promise<number> =>
+    (await openai.chat.completions.create({ model: TINY_MODEL_ID, max_tokens: 1, messages: [{ role: 'user', content }] })).usage?.prompt_tokens ?? 0
+  const withMedia = await ask([
+    { type: 'text', text: 'What is this?' },
+    { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
+    { type: 'input_audio', input_audio: { data: 'UklGRg==', format: 'wav' } },
+    { type: 'file', file: { filename: 'report.pdf', file_data: 'data:application/pdf;base64,JVBERi0=' } }
+  ])
+  // What the model reads is exactly the placeholders, written as text
+  const asText = await ask([
+    { type: 'text', text: 'What is this?' },
+    { type: 'text', text: '[image omitted: this model reads text only]' },
+    { type: 'text', text: '[audio omitted: this model reads text only]' },
+    { type: 'text', text: '[file report.pdf omitted: this model reads text only]' }
+  ])
+  assert.ok(withMedia > 0)
+  assert.equal(withMedia, asText)
+})
+
 test('parameters it cannot honour, and malformed requests, are refused with 400 naming the parameter', async (t) => {
   const { node } = await startChatNode(t)
   const base = { model: TINY_MODEL_ID, messages: hello, max_tokens: 4 }
@@ -145,7 +167,7 @@ test('parameters it cannot honour, and malformed requests, are refused with 400 
     [{ ...base, logit_bias: { 50: 101 } }, 'logit_bias.50'],
     [{ ...base, logit_bias: { 99999: 1 } }, 'logit_bias.99999'],
     [{ ...base, logit_bias: { banana: 1 } }, 'logit_bias.banana'],
-    [{ ...base, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:,' } }] }] }, 'messages.0.content.0.type'],
+    [{ ...base, messages: [{ role: 'user', content: [{ type: 'video_url', video_url: { url: 'data:,' } }] }] }, 'messages.0.content.0.type'],
     [{ ...base, messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] }, 'messages.0.tool_call_id'],
     [{ ...base, messages: [{ role: 'function', content: 'x', name: 'f' }] }, 'messages.0.role'],
     [{ ...base, model: undefined }, 'model'],

@@ -192,11 +192,21 @@ export function toSampling (body: ChatCompletionRequest | CompletionRequest): Sa
   }
 }
 
+/** Parts a model that reads text only is shown as a placeholder, by type: what the placeholder names. */
+const MEDIA_PARTS = new Map([['image_url', 'image'], ['input_audio', 'audio'], ['file', 'file']])
+
 function messageText (content: ChatCompletionRequest['messages'][number]['content'], index: number): string {
   if (content == null) return ''
   if (typeof content === 'string') return content
   return content.map((part, p) => {
     if (part.type === 'text' && typeof part.text === 'string') return part.text
-    throw new InvalidInputError(`messages[${index}].content[${p}]: content parts of type ${part.type} are not supported (text only)`, `messages.${index}.content.${p}.type`)
+    // Refusing it would end the session: an agent sends its history, the image included, with every later turn
+    const media = MEDIA_PARTS.get(part.type)
+    if (media != null) {
+      const file = (part as { file?: { filename?: unknown } }).file
+      const name = typeof file?.filename === 'string' && file.filename !== '' ? ` ${file.filename}` : ''
+      return `[${media}${name} omitted: this model reads text only]`
+    }
+    throw new InvalidInputError(`messages[${index}].content[${p}]: content parts of type ${part.type} are not supported (text, image_url, input_audio and file are)`, `messages.${index}.content.${p}.type`)
   }).join('\n')
 }
