@@ -1,6 +1,7 @@
 import { createContext, Script } from 'node:vm'
 import type { GbnfJsonSchema } from 'node-llama-cpp'
 import { InvalidGenerationRequestError } from './errors.ts'
+import { jsonSize } from '../wire/index.ts'
 
 // node-llama-cpp compiles a subset of JSON Schema into a grammar and reads anything else leniently: an unknown
 // `type` or `anyOf` silently becomes `null`, `{}` becomes `null`, `pattern` is ignored. A constraint it would drop
@@ -50,6 +51,11 @@ export const MAX_ALTERNATIVES = 1024
  */
 export const MAX_SCHEMA_SUBSCHEMAS = 4096
 /**
+ * Most JSON values (keywords, their values, enum members, names) one schema may hold: what the limits on subschemas,
+ * alternatives and enums allow comes far below it, so it refuses only a schema built to be costly to walk.
+ */
+export const MAX_SCHEMA_VALUES = 65_536
+/**
  * Deepest a schema may nest counted through its $refs, each definition's levels added where a $ref leads to it (a
  * recursive definition counted once): node-llama-cpp's grammar writer recurses that deep, and slows down with it
  * (measured: a chain of 500 definitions takes 130 ms, of 2,000 overflows its stack).
@@ -67,7 +73,11 @@ const FREE_ARRAY_WEIGHT = 8
 /** Counts `weight` subschemas at `path` toward MAX_SCHEMA_SUBSCHEMAS. */
 function grow (ctx: Conversion, weight: number, path: string): void {
   ctx.subschemas += weight
-  if (ctx.subschemas > MAX_SCHEMA_SUBSCHEMAS) throw invalid(path, `brings the schema to more than ${MAX_SCHEMA_SUBSCHEMAS} subschemas (a value of any JSON counts ${ANY_VALUE_WEIGHT}), more than constrained output can compile`)
+  if (ctx.subschemas > MAX_SCHEMA_SUBSCHEMAS) throw tooManySubschemas(path)
+}
+
+function tooManySubschemas (path: string): InvalidGenerationRequestError {
+  return invalid(path, `brings the schema to more than ${MAX_SCHEMA_SUBSCHEMAS} subschemas (a value of any JSON counts ${ANY_VALUE_WEIGHT}), more than constrained output can compile`)
 }
 
 /** `true` or `{}`: any JSON value. */
@@ -167,6 +177,10 @@ export interface OutputSchemaOptions {
 
 /** Checks a caller's JSON Schema; refused naming `param` (and the keyword) when output could not be held to it. */
 export function toOutputSchema (given: unknown, param: string, options: OutputSchemaOptions = {}): OutputSchema {
+  // Counted before anything walks it, up to the bound only: a megabyte of keys costs a walk that far, not one per pass
+  if (jsonSize(given, { maxChars: Number.POSITIVE_INFINITY, maxValues: MAX_SCHEMA_VALUES }) == null) {
+    throw invalid(param, `holds more than ${MAX_SCHEMA_VALUES} JSON values, more than constrained output can compile`)
+  }
   const schema = options.unenforceable === 'leave out' ? enforceableRoot(given, param) : given
   if (!isSchemaObject(schema)) throw invalid(param, 'must be a JSON Schema object')
   const defs = schema.$defs ?? schema.definitions
@@ -200,14 +214,18 @@ function enforceableRoot (schema: unknown, param: string): unknown {
   const defs = schema.$defs ?? schema.definitions
   if (defs !== undefined && !isSchemaObject(defs)) return schema
   const names = new Set(Object.keys(defs ?? {}))
-  const kept: Kept = { patterns: new Map() }
+  const kept: Kept = { patterns: new Map(), walked: 0 }
   const root = enforceable({ ...schema, $defs: undefined, definitions: undefined }, names, param, 0, kept)
   if (defs === undefined) return root
   return { ...(root as SchemaObject), $defs: Object.fromEntries(Object.entries(defs).map(([name, def]) => [name, enforceable(def, names, `${param}.$defs.${name}`, 1, kept)])) }
 }
 
-/** What `enforceable` has seen of one schema: the distinct patterns it tried, and whether each is ECMAScript. */
-interface Kept { readonly patterns: Map<string, boolean> }
+/**
+ * What `enforceable` has seen of one schema: the distinct patterns it tried, and whether each is ECMAScript; and the
+ * subschemas it walked, each counting one toward MAX_SCHEMA_SUBSCHEMAS (convert weighs them as much or more), so that a
+ * schema past the limit is refused before it is copied whole.
+ */
+interface Kept { readonly patterns: Map<string, boolean>, walked: number }
 
 /**
  * `schema` less every keyword convert cannot compile, so that it compiles instead of being refused: a keyword no
@@ -224,6 +242,7 @@ interface Kept { readonly patterns: Map<string, boolean> }
  */
 function enforceable (schema: unknown, defNames: ReadonlySet<string>, path: string, depth: number, kept: Kept): unknown {
   if (depth > MAX_SCHEMA_DEPTH) throw invalid(path, `nests deeper than ${MAX_SCHEMA_DEPTH} levels`)
+  if (++kept.walked > MAX_SCHEMA_SUBSCHEMAS) throw tooManySubschemas(path)
   if (!isSchemaObject(schema)) return schema // `true`, and what convert refuses
   const s = stripAnnotations(schema)
   const sub = (value: unknown, at: string): unknown => enforceable(value, defNames, `${path}.${at}`, depth + 1, kept)
@@ -250,6 +269,7 @@ function enforceable (schema: unknown, defNames: ReadonlySet<string>, path: stri
   if (format !== undefined && !(typeof format === 'string' && (STRING_FORMATS.has(format) || Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, format)))) delete typed.format
   if (typed.pattern !== undefined && !isECMAScriptPattern(typed.pattern, kept)) delete typed.pattern
   if (isSchemaObject(typed.properties)) {
+    if (kept.walked + Object.keys(typed.properties).length > MAX_SCHEMA_SUBSCHEMAS) throw tooManySubschemas(`${path}.properties`)
     typed.properties = Object.fromEntries(Object.entries(typed.properties).map(([name, value]) => [name, sub(value, `properties.${name}`)]))
   }
   if (isSchemaObject(typed.additionalProperties)) typed.additionalProperties = sub(typed.additionalProperties, 'additionalProperties')
@@ -447,6 +467,8 @@ function convertObject (s: SchemaObject, path: string, depth: number, ctx: Conve
     throw invalid(`${path}.required`, 'must be an array of property names')
   }
   // fromEntries: a property named `__proto__` is a property like any other, never the object's prototype
+  // Each property costs a subschema at least: too many are refused before each is copied
+  if (s.properties !== undefined && ctx.subschemas + Object.keys(s.properties).length > MAX_SCHEMA_SUBSCHEMAS) throw tooManySubschemas(`${path}.properties`)
   const properties = Object.fromEntries(Object.entries(s.properties ?? {}).map(([name, sub]) => [name, convert(sub, `${path}.properties.${name}`, depth + 1, ctx)]))
   const extra = s.additionalProperties
   // JSON Schema allows any extra property by default; node-llama-cpp allows none. With no properties named,

@@ -13,7 +13,7 @@ export {
 } from './exchange.ts'
 export type { PeerStreams, OpenOptions, AnswerOptions, AskOptions, ServeOptions } from './exchange.ts'
 export {
-  MAX_JSON_DEPTH, MAX_MESSAGE_DEPTH, JsonValue, JsonObject, JsonText, jsonDepthExceeds, jsonTextDepthExceeds, jsonProblem, nestedTooDeep
+  MAX_JSON_DEPTH, MAX_MESSAGE_DEPTH, JsonValue, JsonObject, JsonText, jsonDepthExceeds, jsonTextDepthExceeds, jsonProblem, jsonSize, nestedTooDeep
 } from './json-depth.ts'
 export { backoffDelayMs } from './backoff.ts'
 export type { BackoffOptions } from './backoff.ts'

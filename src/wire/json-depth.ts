@@ -160,3 +160,39 @@ export const JsonObject = z.record(z.string(), z.custom<z.JSONType>()).superRefi
 
 /** A string whose text, when it is JSON, nests at most MAX_JSON_DEPTH levels (a call's arguments, a tool's result). */
 export const JsonText = z.string().refine((text) => !jsonTextDepthExceeds(text), `JSON ${nestedTooDeep()}`)
+
+/**
+ * The length of `value`'s JSON text (as JSON.stringify writes it, less the escapes in strings) and how many values it
+ * holds, itself included; null as soon as either passes its limit, so a value built to be costly to walk is walked
+ * only that far. Iterative: any depth is safe.
+ */
+export function jsonSize (value: unknown, limits: { maxChars: number, maxValues: number }): { chars: number, values: number } | null {
+  const stack: unknown[] = [value]
+  let chars = 0
+  let values = 0
+  while (stack.length > 0) {
+    const next = stack.pop()
+    values++
+    if (typeof next === 'string') {
+      chars += next.length + 2
+    } else if (typeof next === 'number' || typeof next === 'boolean') {
+      chars += String(next).length
+    } else if (next === null) {
+      chars += 4
+    } else if (Array.isArray(next)) {
+      if (values + stack.length + next.length > limits.maxValues) return null
+      chars += 2 + Math.max(next.length - 1, 0)
+      for (const item of next as unknown[]) stack.push(item)
+    } else if (typeof next === 'object') {
+      const keys = Object.keys(next)
+      if (values + stack.length + keys.length > limits.maxValues) return null
+      chars += 2 + Math.max(keys.length - 1, 0)
+      for (const key of keys) {
+        chars += key.length + 3
+        stack.push((next as Record<string, unknown>)[key])
+      }
+    }
+    if (chars > limits.maxChars) return null
+  }
+  return { chars, values }
+}

@@ -178,7 +178,10 @@ test('Ctrl-C on `npm start` (SIGINT to its whole process group) stops the node g
   const { proc, dataDir } = await launchGroup(t)
   assert.notEqual(proc.pid, proc.child.pid, 'npm runs the node as its child, in its group')
   ctrlC(proc) // the node gets it from the "terminal" and again from npm, which forwards it
-  assert.deepEqual(await exitOf(proc.child), { code: 0, signal: null }, `npm exits with the node's code: ${proc.output()}`)
+  // npm exits with the node's code, or by SIGINT when npm's forwarded copy reached the node as it was ending, its
+  // graceful stop done (as the checks below prove): by then Node has let go of its signal handlers
+  const exit = await exitOf(proc.child)
+  assert.ok((exit.code === 0 && exit.signal == null) || (exit.code == null && exit.signal === 'SIGINT'), `npm's exit ${JSON.stringify(exit)}: ${proc.output()}`)
   await assertStoppedGracefully(proc, dataDir, 'Ctrl-C')
   assert.doesNotMatch(proc.output(), /forced exit/)
 })

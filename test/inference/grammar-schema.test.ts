@@ -4,7 +4,7 @@ import { InvalidGenerationRequestError } from '../../src/inference/index.ts'
 import type { GbnfJsonSchema } from 'node-llama-cpp'
 import { getSharedLlama } from '../../src/inference/llama.ts'
 import {
-  MAX_ALTERNATIVES, MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_REF_NESTING, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REPETITIONS, MAX_SCHEMA_SUBSCHEMAS, toOutputSchema, type OutputSchema
+  MAX_ALTERNATIVES, MAX_OUTPUT_CHECK_STEPS, MAX_PATTERN_CHECK_MS, MAX_REF_NESTING, MAX_SCHEMA_PATTERNS, MAX_SCHEMA_REPETITIONS, MAX_SCHEMA_SUBSCHEMAS, MAX_SCHEMA_VALUES, toOutputSchema, type OutputSchema
 } from '../../src/inference/grammar-schema.ts'
 
 /** The grammar made of `schema`. */
@@ -76,7 +76,13 @@ await test('a schema nested deeper than the limit is refused instead of recursin
   const wide = (n: number): object => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { type: 'string' }])) })
   assert.doesNotThrow(() => toGrammarSchema(wide(MAX_SCHEMA_SUBSCHEMAS - 1), 'schema'))
   assert.throws(() => toGrammarSchema(wide(MAX_SCHEMA_SUBSCHEMAS), 'schema'), (err: unknown) =>
-    err instanceof InvalidGenerationRequestError && err.param === `schema.properties.p${MAX_SCHEMA_SUBSCHEMAS - 1}` && /more than 4096 subschemas/.test(err.message))
+    err instanceof InvalidGenerationRequestError && err.param === 'schema.properties' && /more than 4096 subschemas/.test(err.message))
+  // A megabyte of keys is refused after a walk of the bound's length, before any pass over the schema
+  const keys = Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`x${i}`, {}]))
+  for (const unenforceable of ['refuse', 'leave out'] as const) {
+    assert.throws(() => toOutputSchema({ type: 'object', ...keys }, 'schema', { unenforceable }), (err: unknown) =>
+      err instanceof InvalidGenerationRequestError && err.param === 'schema' && new RegExp(`more than ${MAX_SCHEMA_VALUES} JSON values`).test(err.message))
+  }
   // A value of any JSON costs node-llama-cpp as much as 32 others: 127 fit beside their object, 128 do not
   const free = (n: number, value: unknown): object => ({ type: 'object', properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, value])) })
   assert.doesNotThrow(() => toGrammarSchema(free(127, true), 'schema'))

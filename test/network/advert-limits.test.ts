@@ -15,9 +15,9 @@ import { createPeerHost, type PeerHost } from '../../src/network/host/libp2p-nod
 import { nodeIDToPeerId } from '../../src/network/host/peer-ids.ts'
 import { signDirectoryRecord } from '../../src/network/relay/directory.ts'
 import {
-  MAX_ADVERTISED_MODELS, MAX_AGENT_PROFILE_CHARS, jsonSize, openCapabilities, signCapabilities, type CapabilityRecord
+  MAX_ADVERTISED_MODELS, MAX_AGENT_PROFILE_CHARS, openCapabilities, signCapabilities, type CapabilityRecord
 } from '../../src/network/peers/capabilities.ts'
-import { ProtocolError } from '../../src/wire/index.ts'
+import { ProtocolError, jsonSize } from '../../src/wire/index.ts'
 import { waitFor } from '../support/node.ts'
 import { standInRecord } from '../support/stand-in.ts'
 

@@ -1,8 +1,8 @@
 import { EventEmitter } from 'node:events'
 import { z } from 'zod'
 import type { NodeIdentity } from '../../identity/index.ts'
-import { ProtocolError, SignedEnvelope, openEnvelope, type PeerStreams, requestPeer, serveRequest } from '../../wire/index.ts'
-import { MAX_CAPABILITIES_RECORD_BYTES, MAX_CAPABILITIES_RECORD_VALUES, jsonSize, openCapabilities, type CapabilityRecord } from '../peers/capabilities.ts'
+import { ProtocolError, SignedEnvelope, jsonSize, openEnvelope, type PeerStreams, requestPeer, serveRequest } from '../../wire/index.ts'
+import { MAX_CAPABILITIES_RECORD_BYTES, MAX_CAPABILITIES_RECORD_VALUES, openCapabilities, type CapabilityRecord } from '../peers/capabilities.ts'
 import { DIRECTORY_PROTOCOL, DirectoryRecord, MAX_CLOCK_SKEW_MS, signDirectoryRecord } from '../relay/directory.ts'
 import type { PeerStreamHandler } from '../peers/protocol-registry.ts'
 

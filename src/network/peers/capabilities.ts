@@ -1,7 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import { z } from 'zod'
 import { NodeID, type NodeIdentity } from '../../identity/index.ts'
-import { JsonObject, ProtocolError, SignedEnvelope, parseWith, readRequest, requestOnStream, writeMessage, signEnvelope, verifyCanonical } from '../../wire/index.ts'
+import { JsonObject, ProtocolError, SignedEnvelope, jsonSize, parseWith, readRequest, requestOnStream, writeMessage, signEnvelope, verifyCanonical } from '../../wire/index.ts'
 
 // What a node offers its peers, signed by its node key. A peer fetches it once when it connects (`get`); after that
 // the node pushes it to its peers whenever it changes (`push`), with a version number one higher: nobody re-fetches a
@@ -156,40 +156,4 @@ export async function pushCapabilities (stream: Stream, envelope: SignedEnvelope
 /** Every model a peer's record says it holds loaded. */
 export function loadedModelsOf (record: CapabilityRecord): string[] {
   return record.models.allLoaded ?? (record.models.loaded == null ? [] : [record.models.loaded])
-}
-
-/**
- * The length of `value`'s JSON text (as JSON.stringify writes it, less the escapes in strings) and how many values it
- * holds, itself included; null as soon as either passes its limit, so a value built to be costly to walk is walked
- * only that far. Iterative: any depth is safe.
- */
-export function jsonSize (value: unknown, limits: { maxChars: number, maxValues: number }): { chars: number, values: number } | null {
-  const stack: unknown[] = [value]
-  let chars = 0
-  let values = 0
-  while (stack.length > 0) {
-    const next = stack.pop()
-    values++
-    if (typeof next === 'string') {
-      chars += next.length + 2
-    } else if (typeof next === 'number' || typeof next === 'boolean') {
-      chars += String(next).length
-    } else if (next === null) {
-      chars += 4
-    } else if (Array.isArray(next)) {
-      if (values + stack.length + next.length > limits.maxValues) return null
-      chars += 2 + Math.max(next.length - 1, 0)
-      for (const item of next as unknown[]) stack.push(item)
-    } else if (typeof next === 'object') {
-      const entries = Object.entries(next)
-      if (values + stack.length + entries.length > limits.maxValues) return null
-      chars += 2 + Math.max(entries.length - 1, 0)
-      for (const [key, item] of entries) {
-        chars += key.length + 3
-        stack.push(item)
-      }
-    }
-    if (chars > limits.maxChars) return null
-  }
-  return { chars, values }
 }
