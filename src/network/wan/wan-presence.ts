@@ -29,8 +29,10 @@ export interface WanPresenceDeps {
 
 interface RelayClient {
   client: WanClient
-  /** Named in `wan_relay_url`, or learned from a peer's circuit address. */
-  learned: boolean
+  /** The relay's nodeID when it was learned from a peer's circuit address; null when named in `wan_relay_url`. */
+  learned: string | null
+  /** Whether it ever answered a directory sync (a learned one is no relay until it has). */
+  synced: boolean
 }
 
 /**
@@ -53,7 +55,7 @@ export class WanPresence {
   readonly #relayIDs = new Set<string>()
   /** Relay multiaddrs learned from peers, by relay nodeID, not yet given a client. */
   readonly #learned = new Map<string, string>()
-  /** Learned relay multiaddrs given up (see MAX_FAILED_RELAYS). */
+  /** nodeIDs of learned relays given up (see MAX_FAILED_RELAYS). */
   readonly #failed = new Set<string>()
   #urls: string[] | null = null
 
@@ -106,7 +108,7 @@ export class WanPresence {
     if (urls == null || urls.length === 0) return true
     this.#urls = urls
     this.#deps.admission.setWan(true, (nodeID) => this.isRelay(nodeID))
-    for (const url of urls) await this.#startClient(host, url, false)
+    for (const url of urls) await this.#startClient(host, url, null)
     this.#deps.log.info({ relayUrls: urls }, 'WAN started')
     return true
   }
@@ -123,7 +125,8 @@ export class WanPresence {
       const relayAddr = addr.slice(0, at)
       const relayPeer = /\/p2p\/([^/]+)$/.exec(relayAddr)?.[1]
       const nodeID = relayPeer == null ? null : nodeIDOfPeer(relayPeer)
-      if (nodeID == null || this.#relayIDs.has(nodeID) || this.#learned.has(nodeID) || this.#clients.has(relayAddr) || this.#failed.has(relayAddr)) continue
+      if (nodeID == null || this.#relayIDs.has(nodeID) || this.#learned.has(nodeID) || this.#failed.has(nodeID)) continue
+      if ([...this.#clients.values()].some(({ learned }) => learned === nodeID)) continue
       if (this.#learned.size < MAX_LEARNED_RELAYS) this.#learned.set(nodeID, relayAddr)
     }
     this.#addLearned()
@@ -141,10 +144,10 @@ export class WanPresence {
     for (const { client } of clients) await client.stop()
   }
 
-  async #startClient (host: PeerHost, url: string, learned: boolean): Promise<void> {
+  async #startClient (host: PeerHost, url: string, learned: string | null): Promise<void> {
     const client = new WanClient({
       host, identity: this.#deps.identity, dialBudget: this.#deps.dialBudget, log: this.#deps.log.child({ part: 'wan', relay: url })
-    }, { ...this.#options, relayUrl: url, giveUpAfterFailures: learned ? LEARNED_RELAY_FAILURES : null })
+    }, { ...this.#options, relayUrl: url, giveUpAfterFailures: learned == null ? null : LEARNED_RELAY_FAILURES })
     client.on('peer:discovered', (nodeID, addrs) => {
       this.learnRelays(addrs)
       this.#deps.discovered(nodeID)
@@ -156,42 +159,54 @@ export class WanPresence {
         // cannot be dialed directly are reached through one of the two only.
         this.#deps.log.warn({ relays: [twin[0], url], peerId: relayPeer }, 'two relays answer with one key (a relay data dir copied, or one relay named twice): peers cannot tell them apart; give each relay its own --data-dir')
       }
-      if (!learned) this.#isRelay(relayPeer)
-      this.#deps.relayConnected(relayPeer)
+      // A configured relay is taken at its word; a learned one once it answers as a relay (a peer's address may name
+      // any node): until then the connection policy keeps no connection for it either
+      if (learned == null) this.#usesRelay(relayPeer)
     })
-    client.on('relay:synced', (relayPeer) => { this.#isRelay(relayPeer) })
+    client.on('relay:synced', (relayPeer) => {
+      entry.synced = true
+      this.#usesRelay(relayPeer)
+    })
     client.on('relay:failed', () => {
       if (this.#clients.get(url)?.client !== client) return
       this.#clients.delete(url)
-      this.#failed.add(url)
+      if (learned != null) this.#failed.add(learned)
       if (this.#failed.size > MAX_FAILED_RELAYS) this.#failed.delete(this.#failed.values().next().value as string)
       client.stop().catch((err: unknown) => { this.#deps.log.warn({ err, relay: url }, 'stopping a relay client failed') })
       this.#addLearned()
     })
     client.on('relay:disconnected', () => { this.#addLearned() })
-    this.#clients.set(url, { client, learned })
+    const entry: RelayClient = { client, learned, synced: false }
+    this.#clients.set(url, entry)
     await client.start()
   }
 
-  #isRelay (relayPeer: string): void {
+  /** `relayPeer` is a relay this node uses: never a peer, and its connection kept by the connection policy. */
+  #usesRelay (relayPeer: string): void {
     const nodeID = nodeIDOfPeer(relayPeer)
-    if (nodeID == null || this.#relayIDs.has(nodeID)) return
-    this.#relayIDs.add(nodeID)
-    this.#deps.admission.emit('changed')   // a node met as a peer may turn out to be a relay
+    if (nodeID != null && !this.#relayIDs.has(nodeID)) {
+      this.#relayIDs.add(nodeID)
+      this.#deps.admission.emit('changed')   // a node met as a peer may turn out to be a relay
+    }
+    this.#deps.relayConnected(relayPeer)
   }
 
-  /** Adds a learned relay while fewer than `WANTED_RELAYS` are connected or being tried. */
+  /**
+   * Adds a learned relay while fewer than `WANTED_RELAYS` are connected or being tried: a configured one counts
+   * always, a learned one while connected or until it is given up (a learned relay that answered once and is gone
+   * now is retried, but no longer counts, so another may be tried beside it).
+   */
   #addLearned (): void {
     const host = this.#host
     if (host == null || this.#urls == null) return
-    const working = [...this.#clients.values()].filter(({ client, learned }) => client.relayConnected || !learned).length
+    const working = [...this.#clients.values()].filter(({ client, learned, synced }) => learned == null || client.relayConnected || !synced).length
     if (working >= WANTED_RELAYS) return
     const next = this.#learned.entries().next()
     if (next.done === true) return
     const [nodeID, addr] = next.value
     this.#learned.delete(nodeID)
     this.#deps.log.info({ relay: addr }, 'using a relay learned from a peer')
-    this.#startClient(host, addr, true).catch((err: unknown) => { this.#deps.log.warn({ err, relay: addr }, 'a learned relay could not be used') })
+    this.#startClient(host, addr, nodeID).catch((err: unknown) => { this.#deps.log.warn({ err, relay: addr }, 'a learned relay could not be used') })
   }
 }
 
