@@ -61,13 +61,14 @@ test('advert limits: a record stuffed with empty objects, or an agent profile pa
   const stuffedBytes = bytesOf(stuffed)
   assert.ok(stuffedBytes.byteLength < MAX_ADVERT_BYTES)
   assert.equal(advertTextTooLarge(stuffedBytes), true, 'refused from its text, before JSON.parse builds the objects')
-  assert.equal(validate(stuffedBytes), 'reject')
+  // Dropped, not rejected: an older node, which knows no such bound, may have forwarded it in good faith
+  assert.equal(validate(stuffedBytes), 'ignore')
   assert.throws(() => openAdvert(stuffed), (err: unknown) => err instanceof ProtocolError && err.code === 'too_large', 'as a sync brings it')
 
   // Within the values bound, but a profile of more text than an agent needs
   const wordy = advertOf(identityFromSeed(generateSeed()), { agent: { ...FULL_AGENT_PROFILE, about: 'x'.repeat(MAX_AGENT_PROFILE_CHARS) } })
   assert.equal(advertTextTooLarge(bytesOf(wordy)), false)
-  assert.equal(validate(bytesOf(wordy)), 'reject')
+  assert.equal(validate(bytesOf(wordy)), 'ignore')
   assert.throws(() => openAdvert(wordy), (err: unknown) => err instanceof ProtocolError && err.code === 'invalid' && /agent/.test(err.message))
 
   // Unknown fields are signed and kept with the advert, so they count too: a record padded beside its schema

@@ -243,7 +243,11 @@ export class AdvertGossip {
       if (opened.nodeID === this.#deps.identity.nodeID) return VERDICT.ignore
       return this.#deps.book.offer(advert, opened) === 'known' ? VERDICT.ignore : VERDICT.accept
     } catch (err) {
-      if (err instanceof SyntaxError || isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return VERDICT.reject
+      // Rejected, at a cost to the sender's score, only for what every version of a node checks before it forwards:
+      // text that is no JSON, a forged signature. A bound or a schema of this version that an older node does not
+      // know (an agent profile's size, say) drops the advert without holding the forwarder to account.
+      if (err instanceof SyntaxError || (err instanceof ProtocolError && (err.code === 'bad_signature' || err.code === 'wrong_signer'))) return VERDICT.reject
+      if (isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return VERDICT.ignore
       this.#deps.log.error({ err }, 'checking a gossiped advert failed')
       return VERDICT.ignore
     }
