@@ -207,8 +207,12 @@ export class Ledger {
     }))
     const applied = outcomes.flatMap(({ transaction }) => transaction == null ? [] : [transaction])
     if (applied.length > 0) {
-      const balance = this.balanceMicro()
-      for (const transaction of applied) this.events.emit('transaction', transaction, balance)
+      // Each with the balance after it, as one taken alone would have: the last one's is the balance now
+      let after = this.balanceMicro() - applied.reduce((sum, transaction) => sum + transaction.amountMicro, 0)
+      for (const transaction of applied) {
+        after += transaction.amountMicro
+        this.events.emit('transaction', transaction, after)
+      }
     }
     return outcomes.map(({ result }) => result)
   }

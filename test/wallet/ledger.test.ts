@@ -104,14 +104,21 @@ test('an incoming transfer is applied once; a replay is a duplicate; a reused id
 test('a peer\'s batch of transfers is taken in one commit, each with the outcome it would have alone, in order', async (t) => {
   const { ledger, db } = await openLedger(t)
   const seen: number[] = []
-  ledger.events.on('transaction', (transaction) => { seen.push(transaction.amountMicro) })
+  const balances: number[] = []
+  ledger.events.on('transaction', (transaction, balance) => {
+    seen.push(transaction.amountMicro)
+    balances.push(balance)
+  })
   const first = incoming(1_000_000)
   const sent = outgoing(500_000)
   ledger.send(sent)
   seen.length = 0
+  balances.length = 0
   const outcomes = ledger.receiveAll([first, incoming(2_000_000), first, incoming(9_000_000, first.id), incoming(700_000, sent.id), incoming(3_000_000)])
   assert.deepEqual(outcomes, ['applied', 'applied', 'duplicate', 'conflict', 'conflict', 'applied'])
   assert.deepEqual(seen, [1_000_000, 2_000_000, 3_000_000], 'one event per credit, after the commit')
+  const start = GRANT_MICRO - 500_000
+  assert.deepEqual(balances, [start + 1_000_000, start + 3_000_000, start + 6_000_000], 'each with the balance after it')
   assert.equal(ledger.balanceMicro(), GRANT_MICRO - 500_000 + 6_000_000)
   assert.deepEqual(ledger.receiveAll([]), [])
   assertBalanced(db, ledger)
