@@ -1,7 +1,7 @@
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { LlamaEmbeddingContext, LlamaModel } from 'node-llama-cpp'
 import type { EmbeddingEvent, EmbeddingRequest } from './chat.ts'
-import { InvalidGenerationRequestError } from './errors.ts'
+import { ContextOverflowError, InvalidGenerationRequestError } from './errors.ts'
 import type { PromptTokenizer } from './prompt-tokens.ts'
 import { SlotPool } from './slot-pool.ts'
 
@@ -61,7 +61,7 @@ export class Embedder {
     for (const [i, text] of input.entries()) {
       const tokens = (await this.#prompt.tokenize(text, `input.${i}`, { what: `input[${i}] holds`, signal })).length
       if (tokens > this.#options.contextSize) {
-        throw new InvalidGenerationRequestError(`input[${i}] takes ${tokens} tokens; this model embeds at most ${this.#options.contextSize}`, `input.${i}`)
+        throw new ContextOverflowError(`input[${i}] takes ${tokens} tokens; this model embeds at most ${this.#options.contextSize}`, `input.${i}`, { promptTokens: tokens, roomTokens: this.#options.contextSize })
       }
       await nextTurn()
     }

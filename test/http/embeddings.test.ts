@@ -72,6 +72,8 @@ test('embedding requests it cannot serve as asked are refused with 400 naming th
     assert.equal(res.body.error.type, 'invalid_request_error')
     assert.equal(res.body.error.param, param, JSON.stringify(res.body))
     assert.match(res.body.error.message, message)
+    // An input past the context is a context overflow as on every route, with OpenAI's code
+    assert.equal(res.body.error.code, /tokens/.test(message.source) ? 'context_length_exceeded' : null, JSON.stringify(res.body))
   }
   assert.equal(node.engine.stats().queued, 0)
 })
