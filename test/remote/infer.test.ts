@@ -19,7 +19,7 @@ import { yamuxPair } from '../support/yamux-pair.ts'
 const log = pino({ level: 'silent' })
 const outsider = identityFromSeed(generateSeed())
 const MODEL = 'talkative-model'
-/** Long enough for any frame a reading requester takes; short enough for the test. */
+/** The deadline of the handler whose requester stops reading: short, for the test. */
 const WRITE_TIMEOUT_MS = 500
 
 /** An engine of two slots answering a chat with `maxTokens` deltas of 4 KiB, as fast as they are taken; it stops when its signal aborts. */
@@ -83,8 +83,9 @@ test('a requester that stops reading: its stream is reset at the write deadline,
   assert.equal(served.stopped, 1, 'the generation stopped')
   assert.equal(policy.publicActive, 0, 'its admission ended')
 
-  // The one slot open to outsiders is free again: the next request is served in full, not told busy.
-  const next = await serve(t, handler)
+  // The one slot open to outsiders is free again: the next request is served in full, not told busy (by a handler
+  // of the default deadline, which a loaded machine's pause cannot reach)
+  const next = await serve(t, createInferHandler({ policy, log }))
   await writeMessage(next.frames, chat(3))
   await next.asker.close()
   const frames: string[] = []
