@@ -114,17 +114,14 @@ export function createInferHandler (deps: InferHandlerDeps, options: InferHandle
         for (const event of batch) {
           switch (event.type) {
             case 'delta':
-              await out.text(null, event.text)
+              await out.text('delta', event.text)
               continue
             case 'tool_arguments':
               await out.text(event.index, event.text)
               continue
             case 'reasoning':
               // Older requesters know no thought frames: for them the thought is left out
-              if (reasoning) {
-                await out.flush()
-                await out.write(event)
-              }
+              if (reasoning) await out.text('reasoning', event.text)
               continue
             case 'done':
               await out.write({ type: 'done', finishReason: event.finishReason, usage: event.usage, ...(event.stopSequence == null ? {} : { stopSequence: event.stopSequence }) })
@@ -156,8 +153,8 @@ class FrameWriter {
   readonly #frames: FrameStream
   readonly #signal: AbortSignal
   readonly #timeoutMs: number
-  /** null: answer text; a number: that tool call's arguments. */
-  #pendingIndex: number | null = null
+  /** What the pending text is: the answer's, the thought's, or a number: that tool call's arguments. */
+  #pendingKind: 'delta' | 'reasoning' | number = 'delta'
   #pending = ''
 
   constructor (frames: FrameStream, signal: AbortSignal, timeoutMs: number) {
@@ -166,9 +163,9 @@ class FrameWriter {
     this.#timeoutMs = timeoutMs
   }
 
-  async text (index: number | null, text: string): Promise<void> {
-    if (this.#pending !== '' && this.#pendingIndex !== index) await this.flush()
-    this.#pendingIndex = index
+  async text (kind: 'delta' | 'reasoning' | number, text: string): Promise<void> {
+    if (this.#pending !== '' && this.#pendingKind !== kind) await this.flush()
+    this.#pendingKind = kind
     this.#pending += text
     if (this.#pending.length >= COALESCE_MAX_CHARS) await this.flush()
   }
@@ -177,7 +174,8 @@ class FrameWriter {
     if (this.#pending === '') return
     const text = this.#pending
     this.#pending = ''
-    const frame: InferFrame = this.#pendingIndex == null ? { type: 'delta', text } : { type: 'tool_arguments', index: this.#pendingIndex, text }
+    const kind = this.#pendingKind
+    const frame: InferFrame = typeof kind === 'number' ? { type: 'tool_arguments', index: kind, text } : { type: kind, text }
     await writeMessage(this.#frames, frame, { signal: this.#signal, timeoutMs: this.#timeoutMs })
   }
 

@@ -56,6 +56,7 @@ export interface ReadMessageOptions {
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
+const utf8Encoder = new TextEncoder()
 
 /**
  * Reads one frame and returns it parsed and checked against `schema`. Throws `ProtocolError` for an oversized,
@@ -101,22 +102,31 @@ export interface WriteMessageOptions {
  * peer stopped reading; the stream's 'close' cancels whatever waits on it) and throws `ProtocolError` `timeout`.
  */
 export async function writeMessage (frames: FrameStream, value: unknown, options: WriteMessageOptions = {}): Promise<void> {
-  const bytes = new TextEncoder().encode(JSON.stringify(value))
+  const bytes = utf8Encoder.encode(JSON.stringify(value))
   const max = options.maxFrameBytes ?? frames.maxFrameBytes
   if (bytes.byteLength > max) throw new ProtocolError(`Frame of ${bytes.byteLength} bytes exceeds the limit of ${max}`, 'too_large')
   const timeoutMs = options.timeoutMs === undefined ? DEFAULT_WRITE_TIMEOUT_MS : options.timeoutMs
-  const deadline = timeoutMs == null ? null : AbortSignal.timeout(timeoutMs)
-  const signals = [deadline, options.signal].filter((s): s is AbortSignal => s != null)
-  const signal = signals.length > 0 ? AbortSignal.any(signals) : undefined
+  const caller = options.signal
+  caller?.throwIfAborted()
+  // One controller, a timer cleared when the write is done and a listener removed then: a frame a token (a stream
+  // writes thousands) leaves nothing behind, where a timeout signal combined with the caller's would live its 30 s.
+  const write = new AbortController()
+  let late = false
+  const timer = timeoutMs == null ? null : setTimeout(() => { late = true; write.abort(new Error('write deadline')) }, timeoutMs)
+  const onAbort = (): void => { write.abort(caller?.reason) }
+  caller?.addEventListener('abort', onAbort, { once: true })
   try {
-    await frames.lp.write(bytes, { signal })
-    await sent(frames.stream, signal)
+    await frames.lp.write(bytes, { signal: write.signal })
+    await sent(frames.stream, write.signal)
   } catch (err) {
-    if (options.signal?.aborted === true) throw options.signal.reason
-    if (deadline?.aborted !== true) throw err
-    const late = new ProtocolError(`The peer took no frame within ${timeoutMs} ms`, 'timeout', { cause: err })
-    frames.stream.abort(late)
-    throw late
+    if (caller?.aborted === true) throw caller.reason
+    if (!late) throw err
+    const timeout = new ProtocolError(`The peer took no frame within ${timeoutMs} ms`, 'timeout', { cause: err })
+    frames.stream.abort(timeout)
+    throw timeout
+  } finally {
+    if (timer != null) clearTimeout(timer)
+    caller?.removeEventListener('abort', onAbort)
   }
 }
 
