@@ -159,7 +159,13 @@ export const InferFrame = z.discriminatedUnion('type', [
     kind: z.enum(INFER_ERROR_KINDS),
     message: z.string().max(2000),
     param: z.string().max(256).nullable(),
-    retryAfterSeconds: z.number().int().min(0).max(3600).nullable()
+    retryAfterSeconds: z.number().int().min(0).max(3600).nullable(),
+    /**
+     * An `invalid` request whose prompt does not fit the context: its tokens and the most the context takes (clients
+     * compact their history on it). Added within 1.2.0 as an optional field: a node that does not know it drops it
+     * (zod strips unknown keys), and one that does reads none from a node that sends none.
+     */
+    overflow: z.object({ promptTokens: z.number().int().nonnegative(), roomTokens: z.number().int().nonnegative() }).nullish()
   })
 ])
 export type InferFrame = z.infer<typeof InferFrame>

@@ -1,7 +1,7 @@
 import type { Stream } from '@libp2p/interface'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { InferenceEvent, InferenceRequest } from '../inference/index.ts'
+import { ContextOverflowError, type InferenceEvent, type InferenceRequest } from '../inference/index.ts'
 import type { PeerGeneration } from '../serving/index.ts'
 import {
   DEFAULT_WRITE_TIMEOUT_MS, ProtocolError, askPeer, batchesWithKeepAlives, isHostile, readRequest, writeMessage, type FrameStream, type PeerStreams
@@ -69,11 +69,14 @@ export class RemoteInferenceError extends Error {
   readonly kind: InferErrorKind
   readonly param: string | null
   readonly retryAfterSeconds: number | null
+  /** For an `invalid` prompt past the context: its tokens and the most the context takes. */
+  readonly overflow: { promptTokens: number, roomTokens: number } | null
   constructor (frame: Extract<InferFrame, { type: 'error' }>) {
     super(frame.message)
     this.kind = frame.kind
     this.param = frame.param
     this.retryAfterSeconds = frame.retryAfterSeconds
+    this.overflow = frame.overflow ?? null
   }
 }
 
@@ -185,13 +188,19 @@ class FrameWriter {
   }
 }
 
-function errorFrame (kind: InferErrorKind, message: string, extra: { param?: string | null, retryAfterSeconds?: number | null } = {}): Extract<InferFrame, { type: 'error' }> {
-  return { type: 'error', kind, message: message.slice(0, 2000), param: extra.param ?? null, retryAfterSeconds: extra.retryAfterSeconds ?? null }
+function errorFrame (kind: InferErrorKind, message: string, extra: { param?: string | null, retryAfterSeconds?: number | null, overflow?: { promptTokens: number, roomTokens: number } } = {}): Extract<InferFrame, { type: 'error' }> {
+  return {
+    type: 'error', kind, message: message.slice(0, 2000), param: extra.param ?? null, retryAfterSeconds: extra.retryAfterSeconds ?? null,
+    ...(extra.overflow == null ? {} : { overflow: extra.overflow })
+  }
 }
 
 /** Our error kinds on the wire; anything unexpected goes out as `internal` without its details. */
 function toErrorFrame (err: unknown): Extract<InferFrame, { type: 'error' }> {
   if (err instanceof BusyError) return errorFrame('busy', err.message, { retryAfterSeconds: Math.min(3600, Math.max(0, Math.round(err.retryAfterSeconds))) })
+  if (err instanceof ContextOverflowError) {
+    return errorFrame('invalid', err.message, { param: err.param?.slice(0, 256) ?? null, overflow: { promptTokens: err.promptTokens, roomTokens: err.roomTokens } })
+  }
   if (err instanceof InvalidInputError) return errorFrame('invalid', err.message, { param: err.param?.slice(0, 256) ?? null })
   if (err instanceof UnavailableError) return errorFrame('unavailable', err.message)
   return errorFrame('internal', 'The serving node failed to generate the answer')

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { Logger } from 'pino'
 import { BusyError, InvalidInputError, UnavailableError } from '../errors.ts'
-import type { ChatRouter, InferenceEvent, LocalRouter, ModelListing, RoutedGeneration, RoutedRequest, RouteOptions, ServedBy } from '../inference/index.ts'
+import { ContextOverflowError, type ChatRouter, type InferenceEvent, type LocalRouter, type ModelListing, type RoutedGeneration, type RoutedRequest, type RouteOptions, type ServedBy } from '../inference/index.ts'
 import { billableTokens, type InferenceCharge, type InferenceChargeRequest } from '../wallet/index.ts'
 import type { PeerStreams } from '../wire/index.ts'
 import { BillableTokens, RemoteInferenceError, requestInference, type InferAsk } from './infer.ts'
@@ -185,7 +185,11 @@ export class PeerRouter implements ChatRouter {
             this.#deps.log.warn({ err, nodeID: peer.nodeID, modelID: request.modelID }, 'peer failed mid-answer')
             throw new UnavailableError(`Peer ${peer.nodeID} failed while answering: ${(err as Error).message}`, { cause: err })
           }
-          if (err instanceof RemoteInferenceError && err.kind === 'invalid') throw new InvalidInputError(err.message, err.param)
+          if (err instanceof RemoteInferenceError && err.kind === 'invalid') {
+            // A prompt past the peer's context is one past this node's too: the client compacts on it
+            if (err.overflow != null) throw new ContextOverflowError(err.message, err.param ?? 'messages', err.overflow)
+            throw new InvalidInputError(err.message, err.param)
+          }
           this.#deps.log.info({ nodeID: peer.nodeID, modelID: request.modelID, reason: (err as Error).message }, 'peer did not answer; trying the next')
           failures.push(`${peer.nodeID.slice(0, 16)}: ${(err as Error).message}`)
           lastError = err

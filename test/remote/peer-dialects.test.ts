@@ -52,4 +52,11 @@ test('a Messages and a Responses request with a tool call each, and a thought, s
   assert.deepEqual(thought.content.map((block) => block.type), ['thinking', 'text'])
   const local = await new Anthropic({ baseURL: thinking.node.url, apiKey: 'unused', maxRetries: 0 }).messages.create(greedy)
   assert.deepEqual(thought.content, local.content, 'the peer path changes nothing in the answer')
+
+  // A prompt past the peer's context is told as one past this node's would be: the clients compact on it
+  const tooLong = Array.from({ length: 6000 }, (_, i) => ['question', 'network', 'answer', 'people'][i % 4]).join(' ')
+  await assert.rejects(anthropic.messages.create({ model: 'tiny-chat', max_tokens: 4, messages: [{ role: 'user', content: tooLong }] }), (err: unknown) =>
+    err instanceof Anthropic.BadRequestError && /^prompt is too long: \d+ tokens > 4094 maximum$/.test((err.error as { error?: { message?: string } } | undefined)?.error?.message ?? ''))
+  await assert.rejects(openai.responses.create({ model: 'tiny-chat', input: tooLong, max_output_tokens: 4 }), (err: unknown) =>
+    err instanceof OpenAI.BadRequestError && err.code === 'context_length_exceeded' && err.param === 'input')
 })
