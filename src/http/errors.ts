@@ -166,6 +166,9 @@ export function errorHandler (err: unknown, request: FastifyRequest, reply: Fast
   }
   if (envelope.retryAfterSeconds != null) void reply.header('retry-after', String(envelope.retryAfterSeconds))
   if (err instanceof MethodNotAllowedError) void reply.header('allow', err.allow.join(', '))
+  // The official SDKs retry a 409 (up to ten times, in Claude Code) unless told not to: ours say what a retry cannot
+  // change (a download in the way, a budget, a file that cannot be loaded)
+  if (envelope.status === 409) void reply.header('x-should-retry', 'false')
   const body = request.routeOptions.config?.errorShape === 'anthropic' ? anthropicError(envelope.body, request.id) : envelope.body
   return reply.code(envelope.status).type('application/json').send(body)
 }

@@ -205,6 +205,7 @@ test('the storage budget refuses a download with 409 naming the sizes, and nothi
 
   const res = await api.post('/v1/app/models/download', { modelID: MODEL })
   assert.equal(res.status, 409)
+  assert.equal(res.headers.get('x-should-retry'), 'false', 'what a retry cannot change: the SDKs are told not to')
   assert.equal(res.body.error.type, 'conflict')
   assert.match(res.body.error.message, new RegExp(`Storage budget exceeded: ${MODEL} needs 621\\.4 kB \\(${gguf.sizeBytes} bytes\\), ` +
     'max_storage_gb 0.000001 allows 1\\.0 kB \\(1000 bytes\\), downloaded models use 0 bytes, 1\\.0 kB \\(1000 bytes\\) free\\. ' +
