@@ -191,7 +191,8 @@ test('images, documents and search results are read as their text or a placehold
     ]
   })
   // Claude Code's Read of a PNG answers with a text block and the image; the history then holds it in every turn
-  const withMedia = ask([{ type: 'text', text: 'Read image (1 KB)' }, png], [
+  const toolReference = { type: 'tool_reference', tool_name: 'get_weather' } as unknown as Anthropic.TextBlockParam // tool search's answer, in the beta types only
+  const withMedia = ask([{ type: 'text', text: 'Read image (1 KB)' }, png, toolReference], [
     png,
     { type: 'document', title: 'spec', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0=' } },
     { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'Plain notes' } },
@@ -203,7 +204,7 @@ test('images, documents and search results are read as their text or a placehold
   assert.equal(streamed.type, 'message')
 
   // What the model reads is exactly the placeholders and texts, written as text
-  const asText = ask(`Read image (1 KB)\n${imageOmitted}`, [
+  const asText = ask(`Read image (1 KB)\n${imageOmitted}\n[tool: get_weather]`, [
     imageOmitted, '[document "spec" omitted: this model reads text only]', 'Plain notes', 'Search result: Example, https://example.com\nA result'
   ].map((text) => ({ type: 'text' as const, text })))
   const counted = await client.messages.countTokens(withMedia)

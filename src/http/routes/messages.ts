@@ -274,7 +274,9 @@ function textOf (blocks: ReadonlyArray<Block>, at: string): string {
     const where = `${at}.${b}`
     if (block.type === 'text') return stringField(block, 'text', where)
     if (MEDIA_BLOCKS.has(block.type)) return mediaText(block, where)
-    throw new InvalidInputError(`${where}: only text, image, document and search_result blocks are supported here, not ${block.type}`, `${where}.type`)
+    // Tool search's answer (Claude Code's): the tools it found, which the request's tools list holds
+    if (block.type === 'tool_reference') return `[tool: ${stringField(block, 'tool_name', where)}]`
+    throw new InvalidInputError(`${where}: only text, image, document, search_result and tool_reference blocks are supported here, not ${block.type}`, `${where}.type`)
   }).join('\n')
 }
 
