@@ -63,6 +63,11 @@ export class Admission extends EventEmitter<AdmissionEvents> {
     return false
   }
 
+  /** How many nodes are refused now, or were until moments ago (ended bans go as the next one comes). */
+  get bannedCount (): number {
+    return this.#banned.size
+  }
+
   /** libp2p's connection gater: a banned peer may not connect, either way. */
   readonly denyPeer = (peer: PeerId): boolean => {
     if (peer.type !== 'Ed25519') return false
@@ -76,7 +81,15 @@ export class Admission extends EventEmitter<AdmissionEvents> {
   banIfHostile (nodeID: string, err: unknown): boolean {
     if (!isHostile(err)) return false
     this.#log.warn({ nodeID, code: err.code, reason: err.message }, 'peer sent a malformed, oversized or forged message; disconnecting it')
-    this.#banned.set(nodeID, Date.now() + this.#banMs)
+    const now = Date.now()
+    // Kept in the order the bans end (each lasts banMs): the ended ones at the front go as each new one comes, so
+    // bans of fresh keys that never come back do not pile up
+    this.#banned.delete(nodeID)
+    for (const [banned, until] of this.#banned) {
+      if (until > now) break
+      this.#banned.delete(banned)
+    }
+    this.#banned.set(nodeID, now + this.#banMs)
     this.#lanAdmitted.delete(nodeID)
     this.emit('banned', nodeID)
     return true
