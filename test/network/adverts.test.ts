@@ -14,6 +14,7 @@ import { AdvertBook, createAdvertsSyncHandler, openAdvert, signAdvert, syncAdver
 import { signCapabilities } from '../../src/network/peers/capabilities.ts'
 import { createPeerHost } from '../../src/network/host/libp2p-node.ts'
 import { nodeIDToPeerId } from '../../src/network/host/peer-ids.ts'
+import { signDirectoryRecord } from '../../src/network/relay/directory.ts'
 import { openFrames, readMessage, writeMessage, type PeerStreams } from '../../src/wire/index.ts'
 import { standInRecord } from '../support/stand-in.ts'
 import { waitFor } from '../support/node.ts'
@@ -92,6 +93,27 @@ test('adverts: an advert past its lifetime is not held, even byte for byte', () 
   assert.equal(book.offer(advert, opened), 'kept')
   assert.equal(book.holds(advert, opened.presence.timestamp + 59_999), true)
   assert.equal(book.holds(advert, opened.presence.timestamp + 60_000), false)
+})
+
+test('adverts: a node that left is not brought back by an advert of its from before it left, replayed by anyone', () => {
+  const book = new AdvertBook(me.nodeID, { ttlMs: 3_600_000 })
+  const node = identityFromSeed(generateSeed())
+  const addrs = [`/ip4/127.0.0.1/tcp/4001/p2p/${nodeIDToPeerId(node.nodeID).toString()}`]
+  const record = signCapabilities(node, standInRecord(node, { name: 'leaving', version: 5 }))
+  const at = (addrsThen: string[], signedAt: number, signed = record): Advert => ({ record: signed, presence: signDirectoryRecord(node, addrsThen, signedAt) })
+  const t0 = Date.now() - 60_000
+  const before = at(addrs, t0)
+  assert.equal(book.offer(before, openAdvert(before)), 'kept')
+  const leaving = at([], t0 + 1_000)
+  assert.equal(book.offer(leaving, openAdvert(leaving)), 'left')
+  assert.equal(book.get(node.nodeID), null)
+  // The advert from before, heard again (a replay, or gossip running late): still gone
+  assert.equal(book.offer(before, openAdvert(before)), 'known')
+  assert.equal(book.get(node.nodeID), null)
+  // Back for real: a presence after the leave, or a newer record
+  const back = at(addrs, t0 + 2_000)
+  assert.equal(book.offer(back, openAdvert(back)), 'kept')
+  assert.notEqual(book.get(node.nodeID), null)
 })
 
 test('adverts: a windowed sync answers what changed at the answering node within the window; a renewal alone is no change', async () => {

@@ -148,6 +148,11 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
   readonly #ttlMs: number
   readonly #maxBytes: number
   readonly #entries = new Map<string, AdvertEntry>()
+  /**
+   * The nodes that said they left, with the record version and presence time they left at, for `ttlMs`: an advert of
+   * theirs from before it (replayed by anyone) does not bring them back. At most MAX_ADVERTS, the oldest going first.
+   */
+  readonly #left = new Map<string, { version: number, signedAt: number }>()
   #bytes = 0
 
   /**
@@ -177,11 +182,16 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
     const held = this.#entries.get(nodeID)
     if (held != null && record.version === held.record.version && presence.timestamp === held.signedAt) return 'same'
     if (held != null && (record.version < held.record.version || (record.version === held.record.version && presence.timestamp < held.signedAt))) return 'known'
+    const left = this.#left.get(nodeID)
+    if (left != null && left.signedAt + this.#ttlMs > now &&
+      (record.version < left.version || (record.version === left.version && presence.timestamp <= left.signedAt))) return 'known'
     if (presence.addrs.length === 0) {
+      this.#remember(nodeID, { version: record.version, signedAt: presence.timestamp }, now)
       if (held == null) return 'known'
       this.forget(nodeID)
       return 'left'
     }
+    this.#left.delete(nodeID)
     const renewal = held != null && held.record.version === record.version && sameAddrs(held.addrs, presence.addrs)
     const entry: AdvertEntry = {
       nodeID, advert, record, addrs: presence.addrs, signedAt: presence.timestamp, heardAt: now, changedAt: renewal ? held.changedAt : now, bytes: opened.bytes
@@ -196,6 +206,16 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
     }
     this.emit('advert', entry)
     return 'kept'
+  }
+
+  /** Remembers that `nodeID` left, dropping what is past its time and, past MAX_ADVERTS, the oldest. */
+  #remember (nodeID: string, left: { version: number, signedAt: number }, now: number): void {
+    this.#left.delete(nodeID)
+    this.#left.set(nodeID, left)
+    for (const [id, { signedAt }] of this.#left) {
+      if (this.#left.size <= MAX_ADVERTS && signedAt + this.#ttlMs > now) break
+      this.#left.delete(id)
+    }
   }
 
   /**
@@ -240,6 +260,7 @@ export class AdvertBook extends EventEmitter<AdvertBookEvents> {
 
   clear (): void {
     for (const nodeID of [...this.#entries.keys()]) this.forget(nodeID)
+    this.#left.clear()
   }
 }
 
