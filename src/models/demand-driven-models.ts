@@ -113,7 +113,8 @@ export class DemandDrivenModels {
     }
     const peers = this.#deps.network.peers()
     for (const entry of this.#deps.demand.list()) add(entry.modelID, entry.requests)
-    // One peer's word weighs at most PEER_DEMAND_CAP requests per model: a peer cannot steer our downloads alone.
+    // One peer's word weighs at most PEER_DEMAND_CAP requests per model: no one peer outweighs many (one that keeps
+    // asking for a model may still bring it here, which is what auto_manage_models is for).
     for (const peer of peers) for (const entry of peer.record.demand) add(entry.modelID, Math.min(entry.requests, PEER_DEMAND_CAP))
     const served = [this.#deps.models.loadedModel()?.modelID, ...peers.flatMap(p => p.record.models.allLoaded ?? [p.record.models.loaded])].filter((id): id is string => id != null)
     return totals.filter(e => !served.some(id => sameModel(id, e.modelID))).sort((a, b) => b.requests - a.requests)
