@@ -150,6 +150,8 @@ export class DemandDrivenModels {
       } catch (err) {
         // Unknown to the hub, over the storage budget, not loadable: leave this model alone for a while, try the next.
         log.warn({ err, modelID: wanted.modelID }, 'demand-driven models: cannot fetch or load this model')
+        // Failures past their time go as new ones come: a stream of made-up model ids must not grow this for good
+        for (const [modelID, until] of this.#failedUntil) if (until <= now) this.#failedUntil.delete(modelID)
         this.#failedUntil.set(wanted.modelID, now + this.#retryAfterMs)
       }
     }
