@@ -10,6 +10,8 @@ import { WanClient, type WanClientOptions } from './wan.ts'
 export const WANTED_RELAYS = 2
 /** Relays learned from peers' addresses that are remembered to be tried, at most. */
 const MAX_LEARNED_RELAYS = 16
+/** Clients for learned relays at most (connected, being tried, or retried after they left). */
+const MAX_LEARNED_CLIENTS = WANTED_RELAYS + 2
 /** Failures in a row after which a learned relay that never answered a directory sync is given up. */
 const LEARNED_RELAY_FAILURES = 3
 /** Learned relays given up, remembered (the oldest forgotten first) so that peers' adverts do not bring them back. */
@@ -126,7 +128,9 @@ export class WanPresence {
       const relayPeer = /\/p2p\/([^/]+)$/.exec(relayAddr)?.[1]
       const nodeID = relayPeer == null ? null : nodeIDOfPeer(relayPeer)
       if (nodeID == null || this.#relayIDs.has(nodeID) || this.#learned.has(nodeID) || this.#failed.has(nodeID)) continue
-      if ([...this.#clients.values()].some(({ learned }) => learned === nodeID)) continue
+      // A relay a client holds already (a configured one not connected yet included) is no candidate
+      if (this.#clients.has(relayAddr) || [...this.#clients.entries()].some(([url, { learned, client }]) =>
+        learned === nodeID || client.relayPeerId?.toString() === relayPeer || url.endsWith(`/p2p/${relayPeer ?? ''}`))) continue
       if (this.#learned.size < MAX_LEARNED_RELAYS) this.#learned.set(nodeID, relayAddr)
     }
     this.#addLearned()
@@ -145,6 +149,7 @@ export class WanPresence {
   }
 
   async #startClient (host: PeerHost, url: string, learned: string | null): Promise<void> {
+    if (this.#clients.has(url)) return   // one client an address: a second would replace the first, left running
     const client = new WanClient({
       host, identity: this.#deps.identity, dialBudget: this.#deps.dialBudget, log: this.#deps.log.child({ part: 'wan', relay: url })
     }, { ...this.#options, relayUrl: url, giveUpAfterFailures: learned == null ? null : LEARNED_RELAY_FAILURES })
@@ -201,6 +206,16 @@ export class WanPresence {
     if (host == null || this.#urls == null) return
     const working = [...this.#clients.values()].filter(({ client, learned, synced }) => learned == null || client.relayConnected || !synced).length
     if (working >= WANTED_RELAYS) return
+    // Learned relays that answered once and are gone are retried, MAX_LEARNED_CLIENTS of them at most: past it the
+    // oldest goes, so relays that answer once and leave cannot pile up clients
+    const learnedClients = [...this.#clients.entries()].filter(([, { learned }]) => learned != null)
+    if (learnedClients.length >= MAX_LEARNED_CLIENTS) {
+      const gone = learnedClients.find(([, { client, synced }]) => synced && !client.relayConnected)
+      if (gone == null) return
+      const [url, { client }] = gone
+      this.#clients.delete(url)
+      client.stop().catch((err: unknown) => { this.#deps.log.warn({ err, relay: url }, 'stopping a relay client failed') })
+    }
     const next = this.#learned.entries().next()
     if (next.done === true) return
     const [nodeID, addr] = next.value
