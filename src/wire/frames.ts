@@ -113,6 +113,7 @@ export async function writeMessage (frames: FrameStream, value: unknown, options
   const write = new AbortController()
   let late = false
   const timer = timeoutMs == null ? null : setTimeout(() => { late = true; write.abort(new Error('write deadline')) }, timeoutMs)
+  timer?.unref() // a write waiting on a peer keeps no process alive
   const onAbort = (): void => { write.abort(caller?.reason) }
   caller?.addEventListener('abort', onAbort, { once: true })
   try {
