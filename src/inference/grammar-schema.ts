@@ -264,7 +264,11 @@ function enforceable (schema: unknown, defNames: ReadonlySet<string>, path: stri
       ['type', '$ref', 'const', 'enum'].every((key) => alternative[key] === undefined) ? { type, ...alternative } : alternative)
     return { [choice]: alternatives.map((alternative, i) => sub(alternative, `${choice}[${i}]`)) }
   }
-  if (type === undefined) return Array.isArray(s.allOf) && s.allOf.length === 1 ? sub(s.allOf[0], 'allOf[0]') : {}
+  if (type === undefined) {
+    if (!Array.isArray(s.allOf) || s.allOf.length !== 1) return {}
+    kept.walked-- // the wrapper is not a subschema of its own: convert sees the one inside only
+    return sub(s.allOf[0], 'allOf[0]')
+  }
   const format = typed.format
   if (format !== undefined && !(typeof format === 'string' && (STRING_FORMATS.has(format) || Object.hasOwn(FORMATS_CHECKED_ON_OUTPUT, format)))) delete typed.format
   if (typed.pattern !== undefined && !isECMAScriptPattern(typed.pattern, kept)) delete typed.pattern

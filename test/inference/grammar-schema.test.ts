@@ -361,6 +361,14 @@ await test('patterns: many distinct ones, and alternatives matched only by their
 
 await test('a tool\'s parameters: keywords the grammar cannot enforce are left out, of the grammar and the check alike; the limits still refuse', async () => {
   const leftOut = (schema: unknown): OutputSchema => toOutputSchema(schema, 'tools.0.function.parameters', { unenforceable: 'leave out' })
+  // pydantic's described reference, `{allOf: [{$ref}], description}`, weighs what its reference does: as many fit as
+  // plain references do
+  const described = (n: number): object => ({
+    type: 'object',
+    properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, { allOf: [{ $ref: '#/$defs/word' }], description: `field ${i}` }])),
+    $defs: { word: { type: 'string' } }
+  })
+  assert.doesNotThrow(() => leftOut(described(MAX_SCHEMA_SUBSCHEMAS - 2)))
   // As zod v4 writes z.record(z.string(), z.string()), and a tuple: the record's values are held, its keys are any
   const record = { type: 'object', propertyNames: { type: 'string' }, additionalProperties: { type: 'string' } }
   assert.deepEqual(leftOut(record).grammar, { type: 'object', additionalProperties: { type: 'string' } })
