@@ -153,8 +153,9 @@ function toMessages (items: ReadonlyArray<ResponsesInputItem | { role: 'user', c
       // encrypted one cannot be read: an item with neither text adds nothing)
       case 'reasoning': {
         const parts = Array.isArray(item.content) ? item.content : []
-        const text = parts.flatMap((part) => part.type === 'reasoning_text' && typeof part.text === 'string' ? [part.text] : []).join('\n')
-        if (text !== '') thought = thought == null ? text : `${thought}\n${text}`
+        // Joined as a kept response joins them (its items' text, as the model wrote it), so both render alike
+        const text = parts.flatMap((part) => part.type === 'reasoning_text' && typeof part.text === 'string' ? [part.text] : []).join('')
+        if (text !== '') thought = (thought ?? '') + text
         return
       }
       case null:
