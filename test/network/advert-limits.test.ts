@@ -63,6 +63,9 @@ test('advert limits: a record stuffed with empty objects, or an agent profile pa
   assert.equal(advertTextTooLarge(stuffedBytes), true, 'refused from its text, before JSON.parse builds the objects')
   // Dropped, not rejected: an older node, which knows no such bound, may have forwarded it in good faith
   assert.equal(validate(stuffedBytes), 'ignore')
+  // What every version checks before it forwards is rejected: text that is no JSON, an advert's shape
+  assert.equal(validate(Buffer.from('{"record":')), 'reject')
+  assert.equal(validate(bytesOf({ record: 1, presence: null } as unknown as Advert)), 'reject')
   assert.throws(() => openAdvert(stuffed), (err: unknown) => err instanceof ProtocolError && err.code === 'too_large', 'as a sync brings it')
 
   // Within the values bound, but a profile of more text than an agent needs

@@ -232,7 +232,10 @@ export class AdvertGossip {
   #validate (message: Message): TopicValidatorResult {
     try {
       if (advertTextTooLarge(message.data)) throw new ProtocolError(`Advert over ${MAX_ADVERT_BYTES} bytes or ${MAX_ADVERT_VALUES} values`, 'too_large')
-      const advert = Advert.parse(JSON.parse(Buffer.from(message.data).toString('utf8')))
+      // An advert's outer shape is what every version checks before it forwards: one that is not is rejected
+      const shaped = Advert.safeParse(JSON.parse(Buffer.from(message.data).toString('utf8')))
+      if (!shaped.success) return VERDICT.reject
+      const advert = shaped.data
       // The advert held already (from a sync) is passed on all the same: the nodes beyond may not have it.
       if (this.#deps.book.holds(advert)) return VERDICT.accept
       // From the future by this node's clock, not by the forwarder's: clocks disagree, and a reject would cost an honest
@@ -244,8 +247,9 @@ export class AdvertGossip {
       return this.#deps.book.offer(advert, opened) === 'known' ? VERDICT.ignore : VERDICT.accept
     } catch (err) {
       // Rejected, at a cost to the sender's score, only for what every version of a node checks before it forwards:
-      // text that is no JSON, a forged signature. A bound or a schema of this version that an older node does not
-      // know (an agent profile's size, say) drops the advert without holding the forwarder to account.
+      // text that is no JSON, an advert's shape, a forged signature. A bound or a record schema of this version that
+      // an older node does not know (an agent profile's size, say) drops the advert without holding the forwarder to
+      // account.
       if (err instanceof SyntaxError || (err instanceof ProtocolError && (err.code === 'bad_signature' || err.code === 'wrong_signer'))) return VERDICT.reject
       if (isHostile(err) || (err instanceof Error && err.name === 'ZodError')) return VERDICT.ignore
       this.#deps.log.error({ err }, 'checking a gossiped advert failed')
