@@ -98,24 +98,27 @@ export function jsonProblem (value: unknown, max: number = MAX_JSON_DEPTH): { pa
   const stack: number[] = [0]
   const nodes: object[] = [value as object]
   const depths: number[] = [1]
+  /** Numbers and stacks `item`, a member of node `at`, when it is an object or array; else why it is no JSON, or null. */
+  const visit = (at: number, key: PropertyKey, item: unknown): { path: PropertyKey[], message: string } | null => {
+    const problem = scalarProblem(item)
+    if (problem === undefined) {
+      stack.push(nodes.length)
+      nodes.push(item as object)
+      depths.push(depths[at] + 1)
+      keys.push(key)
+      parents.push(at)
+      return null
+    }
+    return problem == null ? null : { path: pathOf(at, key), message: problem }
+  }
   while (stack.length > 0) {
     const at = stack.pop() as number
     const node = nodes[at]
-    const depth = depths[at]
-    if (depth > max) return { path: [], message: nestedTooDeep(max) }
+    if (depths[at] > max) return { path: [], message: nestedTooDeep(max) }
     if (Array.isArray(node)) {
       for (let i = 0; i < node.length; i++) {
-        const item: unknown = node[i]
-        const problem = scalarProblem(item)
-        if (problem === undefined) {
-          stack.push(nodes.length)
-          nodes.push(item as object)
-          depths.push(depth + 1)
-          keys.push(i)
-          parents.push(at)
-        } else if (problem != null) {
-          return { path: pathOf(at, i), message: problem }
-        }
+        const problem = visit(at, i, node[i])
+        if (problem != null) return problem
       }
       continue
     }
@@ -123,17 +126,8 @@ export function jsonProblem (value: unknown, max: number = MAX_JSON_DEPTH): { pa
     if (prototype !== Object.prototype && prototype !== null) return { path: pathOf(at), message: 'expected a plain object' }
     // for-in walks own keys only here: a plain object's prototype (Object.prototype, or none) has no enumerable ones.
     for (const key in node) {
-      const item: unknown = (node as Record<string, unknown>)[key]
-      const problem = scalarProblem(item)
-      if (problem === undefined) {
-        stack.push(nodes.length)
-        nodes.push(item as object)
-        depths.push(depth + 1)
-        keys.push(key)
-        parents.push(at)
-      } else if (problem != null) {
-        return { path: pathOf(at, key), message: problem }
-      }
+      const problem = visit(at, key, (node as Record<string, unknown>)[key])
+      if (problem != null) return problem
     }
   }
   return null
