@@ -27,18 +27,25 @@ export interface OpenedDocument<P> {
  * exactly what is rebuilt here). Returns null when the text is not such a document; never throws for bad input.
  */
 export function openDocument<S extends z.ZodType<Record<string, unknown>>> (text: string, schema: S, options: { domain: string, maxChars: number }): OpenedDocument<z.output<S>> | null {
-  if (text.length > options.maxChars || !/^[A-Za-z0-9_-]+$/.test(text)) return null
-  let json: unknown
-  try {
-    json = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'))
-  } catch (err) {
-    // Bytes that are not JSON: exactly the malformed input this function reports as null.
-    if (err instanceof SyntaxError) return null
-    throw err
-  }
+  const json = documentJson(text, options.maxChars)
+  if (json === undefined) return null
   const parsed = z.strictObject({ payload: schema, signature: Signature }).safeParse(json)
   if (!parsed.success) return null
   const { payload, signature } = parsed.data as { payload: z.output<S>, signature: string }
   const signatureBytes = Buffer.from(signature, 'base64url')
   return { payload, signedBy: (publicKeyHex) => verifyCanonical(publicKeyHex, { domain: options.domain, payload }, signatureBytes) }
+}
+
+/**
+ * A document text's JSON, unchecked: undefined for text longer than `maxChars`, not base64url, or whose bytes are no
+ * JSON (malformed input, never an exception).
+ */
+export function documentJson (text: string, maxChars: number): unknown {
+  if (text.length > maxChars || !/^[A-Za-z0-9_-]+$/.test(text)) return undefined
+  try {
+    return JSON.parse(Buffer.from(text, 'base64url').toString('utf8'))
+  } catch (err) {
+    if (err instanceof SyntaxError) return undefined
+    throw err
+  }
 }

@@ -1,4 +1,5 @@
 import { MAX_CERT_CHARS, isValidAt, openCertificate, type CertificatePayload, type OpenedCertificate, type VerifyCertificateOptions } from './certificates.ts'
+import { documentJson } from './signed-document.ts'
 
 /**
  * Certificate texts remembered once opened. Peers choose what they present, so the memory is bounded; past it the
@@ -98,15 +99,7 @@ export class VerifiedCertificates {
  * a certificate: one that names what is asked for is opened and checked in full.
  */
 function namesOf (certData: string): { ptnID: unknown, nodeID: unknown } | null {
-  if (certData.length > MAX_CERT_CHARS) return null
-  let document: unknown
-  try {
-    document = JSON.parse(Buffer.from(certData, 'base64url').toString('utf8'))
-  } catch (err) {
-    // Bytes that are no JSON: no certificate, as openCertificate would find too.
-    if (err instanceof SyntaxError) return null
-    throw err
-  }
+  const document = documentJson(certData, MAX_CERT_CHARS)
   const payload: unknown = typeof document === 'object' && document !== null ? (document as { payload?: unknown }).payload : null
   if (typeof payload !== 'object' || payload === null) return null
   const { ptnID, nodeID } = payload as { ptnID?: unknown, nodeID?: unknown }
