@@ -206,8 +206,10 @@ export class WanPresence {
     if (host == null || this.#urls == null) return
     const working = [...this.#clients.values()].filter(({ client, learned, synced }) => learned == null || client.relayConnected || !synced).length
     if (working >= WANTED_RELAYS) return
+    const next = this.#learned.entries().next()
+    if (next.done === true) return
     // Learned relays that answered once and are gone are retried, MAX_LEARNED_CLIENTS of them at most: past it the
-    // oldest goes, so relays that answer once and leave cannot pile up clients
+    // oldest goes for the new candidate, so relays that answer once and leave cannot pile up clients
     const learnedClients = [...this.#clients.entries()].filter(([, { learned }]) => learned != null)
     if (learnedClients.length >= MAX_LEARNED_CLIENTS) {
       const gone = learnedClients.find(([, { client, synced }]) => synced && !client.relayConnected)
@@ -216,8 +218,6 @@ export class WanPresence {
       this.#clients.delete(url)
       client.stop().catch((err: unknown) => { this.#deps.log.warn({ err, relay: url }, 'stopping a relay client failed') })
     }
-    const next = this.#learned.entries().next()
-    if (next.done === true) return
     const [nodeID, addr] = next.value
     this.#learned.delete(nodeID)
     this.#deps.log.info({ relay: addr }, 'using a relay learned from a peer')
